@@ -1,0 +1,88 @@
+"""The endpoints the gateway can route to, indexed by public model name.
+
+Built once at start-up from the configured deployments and the local engines' replicas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from gateway.config import DeploymentConfig, Settings
+from gateway.errors import ModelNotFound
+from providers.base import Adapter, Target
+from providers.registry import adapter_for
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    id: str
+    model: str
+    provider: str
+    kind: str
+    region: str
+    keeps_prompts: bool
+    deployment: DeploymentConfig
+    target: Target
+    adapter: Adapter
+    # For supervised engines: a cheap, I/O-free readiness check (False while restarting).
+    ready: Callable[[], bool] | None = None
+
+    def is_ready(self) -> bool:
+        return self.ready is None or self.ready()
+
+
+class Catalog:
+    def __init__(self, endpoints: Iterable[Endpoint], *, created: int) -> None:
+        self.endpoints: tuple[Endpoint, ...] = tuple(endpoints)
+        self.created = created
+        by_model: dict[str, list[Endpoint]] = {}
+        for ep in self.endpoints:
+            by_model.setdefault(ep.model, []).append(ep)
+        self._by_model = {model: tuple(eps) for model, eps in by_model.items()}
+        self.by_id = {ep.id: ep for ep in self.endpoints}
+
+    def models(self) -> list[str]:
+        return sorted(self._by_model)
+
+    def has_model(self, model: str) -> bool:
+        return model in self._by_model
+
+    def candidates(self, model: str) -> tuple[Endpoint, ...]:
+        try:
+            return self._by_model[model]
+        except KeyError:
+            raise ModelNotFound(
+                f"The model `{model}` does not exist or you do not have access to it.", param="model"
+            ) from None
+
+
+def endpoints_from_settings(settings: Settings) -> list[Endpoint]:
+    providers = {p.name: p for p in settings.providers}
+    endpoints = []
+    for dep in settings.deployments:
+        provider = providers.get(dep.provider)
+        if provider is None:  # an engine's deployment override; engines build their own endpoints
+            continue
+        target = Target(
+            endpoint_id=dep.endpoint_id,
+            base_url=provider.base_url,
+            upstream_model=dep.target_model,
+            public_model=dep.model,
+            api_key=provider.api_key.get_secret_value() if provider.api_key else None,
+            extra_headers=provider.headers,
+        )
+        endpoints.append(
+            Endpoint(
+                id=dep.endpoint_id,
+                model=dep.model,
+                provider=provider.name,
+                kind=provider.kind,
+                region=provider.region,
+                keeps_prompts=provider.keeps_prompts,
+                deployment=dep,
+                target=target,
+                adapter=adapter_for(provider.kind),
+            )
+        )
+    return endpoints

@@ -1,0 +1,42 @@
+"""`gwctl`: the operator's CLI. Thin: argparse -> the same Config and objects as the Python API.
+
+Exit codes: 0 success, 1 a failed check (e.g. a degraded endpoint), 2 usage, config or connection error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from gateway.cli import serve as serve_cmd
+from gateway.errors import ConfigError
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gwctl", description="Operate the LLM gateway.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve_cmd.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run: Command | None = getattr(args, "run", None)
+    if run is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return run(args)
+    except ConfigError as exc:
+        print(f"gwctl: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,350 @@
+"""The gateway's configuration: one validated, frozen object.
+
+Sources, highest first: keyword arguments, ``GW_*`` environment variables (nested with ``__``,
+e.g. ``GW_SERVER__PORT=9000``), then a YAML file. This module is the only place that reads
+the environment. A bad config raises `ConfigError` with one line naming the field and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+from gateway.errors import ConfigError
+
+Mode = Literal["chat", "completions", "embeddings"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ServerConfig(_Frozen):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Fail start-up when no gateway key is configured, instead of serving without auth.
+    require_auth: bool = False
+
+
+class TimeoutConfig(_Frozen):
+    """Seconds. `first_byte` covers headers and the first body bytes; `between_chunks` each later read."""
+
+    connect: float = Field(5.0, gt=0)
+    first_byte: float = Field(60.0, gt=0)
+    between_chunks: float = Field(60.0, gt=0)
+    total: float = Field(600.0, gt=0)
+
+
+class RetryConfig(_Frozen):
+    attempts_per_endpoint: int = Field(2, ge=1, le=10)
+    max_attempts: int = Field(6, ge=1, le=50)
+    backoff_base: float = Field(0.1, ge=0)
+    backoff_max: float = Field(2.0, ge=0)
+    # An upstream asking us to wait longer than this is skipped for the next candidate instead.
+    max_retry_after: float = Field(5.0, ge=0)
+
+
+class BreakerConfig(_Frozen):
+    window_seconds: float = Field(60.0, gt=0)
+    min_requests: int = Field(5, ge=1)
+    failure_rate: float = Field(0.5, gt=0, le=1)
+    open_seconds: float = Field(30.0, gt=0)
+    half_open_probes: int = Field(1, ge=1)
+
+
+class Price(_Frozen):
+    """USD per 1M tokens."""
+
+    input: float = Field(0.0, ge=0)
+    cached_input: float | None = Field(None, ge=0)
+    output: float = Field(0.0, ge=0)
+
+    @property
+    def cached(self) -> float:
+        return self.input if self.cached_input is None else self.cached_input
+
+
+class Capabilities(_Frozen):
+    modes: frozenset[Mode] = frozenset({"chat", "completions"})
+    tools: bool = True
+    logprobs: bool = True
+    max_top_logprobs: int = Field(20, ge=0, le=20)
+
+
+class ProviderConfig(_Frozen):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    # Adapter kind, looked up in `providers.registry`.
+    kind: str = "openai"
+    base_url: str
+    # The name of the environment variable that holds the API key (never the key itself).
+    api_key_env: str | None = None
+    api_key: SecretStr | None = Field(None, exclude=True, repr=False)
+    region: str = "unknown"
+    # Data policy: whether the provider may keep or train on prompts.
+    keeps_prompts: bool = False
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return v.rstrip("/")
+
+
+class DeploymentConfig(_Frozen):
+    model: str = Field(min_length=1)
+    provider: str
+    upstream_model: str | None = None
+    # Unique endpoint id; defaults to "<provider>/<model>".
+    id: str | None = None
+    price: Price = Price()
+    context_window: int = Field(8192, gt=0)
+    capabilities: Capabilities = Capabilities()
+
+    @property
+    def endpoint_id(self) -> str:
+        return self.id or f"{self.provider}/{self.model}"
+
+    @property
+    def target_model(self) -> str:
+        return self.upstream_model or self.model
+
+
+class GatewayKey(_Frozen):
+    name: str = Field(min_length=1)
+    # The key itself, or its stored hash as "sha256:<hex>".
+    key: SecretStr
+
+    @field_validator("key")
+    @classmethod
+    def _hash_form(cls, v: SecretStr) -> SecretStr:
+        raw = v.get_secret_value()
+        if raw.startswith("sha256:"):
+            digest = raw[len("sha256:") :]
+            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest.lower()):
+                raise ValueError("a sha256: key must be followed by 64 hex digits")
+        elif len(raw) < 8:
+            raise ValueError("must be at least 8 characters")
+        return v
+
+    @property
+    def digest(self) -> str:
+        return key_digest(self.key.get_secret_value())
+
+
+class AuthConfig(_Frozen):
+    keys: tuple[GatewayKey, ...] = ()
+    admin_key: SecretStr | None = None
+
+
+class EngineConfig(_Frozen):
+    """A local engine that the gateway starts and supervises (see `providers.engines`)."""
+
+    name: str = Field("local", pattern=r"^[A-Za-z0-9_.\-]+$")
+    kind: Literal["llamacpp", "vllm", "sglang", "external"] = "llamacpp"
+    # A shipped model alias ("smollm2", "gemma3-270m"), a GGUF path, or a model id for vLLM/SGLang.
+    model: str = "smollm2"
+    # The public model name clients ask for.
+    served_model_name: str = "smollm2-135m-instruct"
+    replicas: int = Field(1, ge=1, le=16)
+    host: str = "127.0.0.1"
+    # Replica i listens on base_port + i; 0 picks free ports.
+    base_port: int = Field(0, ge=0, le=65535)
+    # For kind=external: the running engine's OpenAI base URL.
+    url: str | None = None
+    n_ctx: int = Field(4096, gt=0)
+    n_threads: int | None = Field(None, ge=1)
+    chat_format: str = "chatml-function-calling"
+    prefix_cache: bool = True
+    tensor_parallel_size: int = Field(1, ge=1)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    extra_args: tuple[str, ...] = ()
+    ready_timeout: float = Field(180.0, gt=0)
+    restart_backoff_initial: float = Field(0.5, gt=0)
+    restart_backoff_max: float = Field(30.0, gt=0)
+    price: Price = Price()
+    capabilities: Capabilities = Capabilities()
+
+    @model_validator(mode="after")
+    def _external_needs_url(self) -> EngineConfig:
+        if self.kind == "external" and not self.url:
+            raise ValueError("kind 'external' needs url")
+        return self
+
+
+def key_digest(raw: str) -> str:
+    """The stored form of a gateway key: its sha256 hex digest (a 'sha256:' value is already one)."""
+    if raw.startswith("sha256:"):
+        return raw[len("sha256:") :].lower()
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="GW_",
+        env_nested_delimiter="__",
+        frozen=True,
+        extra="forbid",
+    )
+
+    server: ServerConfig = ServerConfig()
+    auth: AuthConfig = AuthConfig()
+    timeouts: TimeoutConfig = TimeoutConfig()
+    retry: RetryConfig = RetryConfig()
+    breaker: BreakerConfig = BreakerConfig()
+    providers: tuple[ProviderConfig, ...] = ()
+    deployments: tuple[DeploymentConfig, ...] = ()
+    engines: tuple[EngineConfig, ...] = ()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # YAML arrives through init kwargs (see `load_config`), so env overrides it field by field.
+        return (env_settings, init_settings)
+
+    @model_validator(mode="after")
+    def _cross_check(self) -> Settings:
+        names = [p.name for p in self.providers]
+        dup = _first_duplicate(names)
+        if dup:
+            raise ValueError(f"providers: duplicate provider name {dup!r}")
+        known = set(names) | {e.name for e in self.engines}
+        for i, d in enumerate(self.deployments):
+            if d.provider not in known:
+                raise ValueError(
+                    f"deployments.{i}.provider: unknown provider {d.provider!r}"
+                    f" (known: {', '.join(sorted(known)) or 'none'})"
+                )
+        dup = _first_duplicate([d.endpoint_id for d in self.deployments])
+        if dup:
+            raise ValueError(f"deployments: duplicate endpoint id {dup!r}; set a distinct `id`")
+        dup = _first_duplicate([k.name for k in self.auth.keys])
+        if dup:
+            raise ValueError(f"auth.keys: duplicate key name {dup!r}")
+        dup = _first_duplicate([e.name for e in self.engines] + names)
+        if dup:
+            raise ValueError(f"engines: name {dup!r} is already used by another engine or provider")
+        return self
+
+    def provider(self, name: str) -> ProviderConfig:
+        for p in self.providers:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+def _first_duplicate(items: list[str]) -> str | None:
+    seen: set[str] = set()
+    for item in items:
+        if item in seen:
+            return item
+        seen.add(item)
+    return None
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> Settings:
+    """Read the YAML file (if any), overlay ``GW_*`` env vars, validate, resolve provider keys.
+
+    `environ` defaults to the process environment; tests pass their own.
+    """
+    env = dict(os.environ if environ is None else environ)
+    path = path or env.get("GW_CONFIG")
+    data: dict[str, Any] = {}
+    if path:
+        data = _read_yaml(Path(path))
+    data.update(overrides)
+    try:
+        settings = _bound_to(env)(**data)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc)) from None
+    return _resolve_secrets(settings, env)
+
+
+class _MappingEnvSource(EnvSettingsSource):
+    """pydantic-settings' env source over a given mapping instead of `os.environ`."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {k.lower(): v for k, v in self._environ.items()}
+
+
+def _bound_to(environ: Mapping[str, str]) -> type[Settings]:
+    class _Settings(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return (_MappingEnvSource(settings_cls, environ), init_settings)
+
+    _Settings.__name__ = "Settings"
+    return _Settings
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"config file {path}{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: top level must be a mapping")
+    # The env var names a path to this file; it is not a setting.
+    data.pop("config", None)
+    return data
+
+
+def _resolve_secrets(settings: Settings, env: Mapping[str, str]) -> Settings:
+    providers = []
+    for i, p in enumerate(settings.providers):
+        if p.api_key_env and p.api_key is None:
+            value = env.get(p.api_key_env)
+            if not value:
+                raise ConfigError(
+                    f"providers.{i}.api_key_env: environment variable {p.api_key_env} is not set"
+                )
+            p = p.model_copy(update={"api_key": SecretStr(value)})
+        providers.append(p)
+    return settings.model_copy(update={"providers": tuple(providers)})
+
+
+def _one_line(exc: ValidationError) -> str:
+    errors = exc.errors(include_url=False, include_input=False)
+    first = errors[0]
+    loc = ".".join(str(part) for part in first["loc"])
+    msg = first["msg"].removeprefix("Value error, ")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"config error: {loc + ': ' if loc else ''}{msg}{more}"

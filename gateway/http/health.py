@@ -1,0 +1,37 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway.state import AppState
+
+
+async def healthz(request: Request) -> Response:
+    return Response(b'{"status":"ok"}', media_type="application/json")
+
+
+async def readyz(request: Request) -> Response:
+    """Ready when every model has at least one endpoint that can take traffic."""
+    state: AppState = request.state.gw
+    not_ready = [ep.id for ep in state.catalog.endpoints if not ep.is_ready()]
+    models_down = [m for m in state.catalog.models() if all(not ep.is_ready() for ep in state.catalog.candidates(m))]
+    ok = bool(state.catalog.endpoints) and not models_down
+    body = {
+        "status": "ready" if ok else "not_ready",
+        "endpoints": len(state.catalog.endpoints),
+        "endpoints_not_ready": not_ready,
+        "models_without_endpoint": models_down,
+    }
+    if not state.catalog.endpoints:
+        body["reason"] = "no endpoint is configured"
+    return Response(orjson.dumps(body), status_code=200 if ok else 503, media_type="application/json")
+
+
+routes = [
+    Route("/healthz", healthz, methods=["GET"]),
+    Route("/readyz", readyz, methods=["GET"]),
+]

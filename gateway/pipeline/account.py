@@ -1,0 +1,106 @@
+"""Account for each finished request: usage, cost, latency, outcome.
+
+In memory and O(1) per request; persistence (a bounded queue drained off the hot path) plugs
+in as a `RecordSink`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from gateway.config import Price
+from gateway.pipeline.context import RequestContext
+from providers.base import Usage
+
+
+def cost_usd(usage: Usage | None, price: Price) -> float:
+    if usage is None:
+        return 0.0
+    cached = min(usage.cached_tokens, usage.prompt_tokens)
+    uncached = usage.prompt_tokens - cached
+    return (uncached * price.input + cached * price.cached + usage.completion_tokens * price.output) / 1_000_000
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    request_id: str
+    key_name: str | None
+    model: str
+    endpoint_id: str | None
+    op: str
+    stream: bool
+    attempts: int
+    status: int
+    error: str | None
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    ttft_s: float | None
+    latency_s: float
+    overhead_ms: float
+
+
+class RecordSink(Protocol):
+    def submit(self, record: RequestRecord) -> None: ...
+
+
+@dataclass(slots=True)
+class EndpointTotals:
+    requests: int = 0
+    errors: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class Accountant:
+    def __init__(
+        self,
+        prices: Callable[[str], Price | None],
+        clock: Callable[[], float],
+        sinks: tuple[RecordSink, ...] = (),
+    ) -> None:
+        self._prices = prices
+        self._clock = clock
+        self._sinks = sinks
+        self.totals: dict[str, EndpointTotals] = {}
+
+    def record(self, ctx: RequestContext) -> RequestRecord:
+        now = self._clock()
+        price = self._prices(ctx.endpoint_id) if ctx.endpoint_id else None
+        usage = ctx.usage
+        record = RequestRecord(
+            request_id=ctx.request_id,
+            key_name=ctx.key_name,
+            model=ctx.model,
+            endpoint_id=ctx.endpoint_id,
+            op=ctx.op,
+            stream=ctx.stream,
+            attempts=ctx.attempts,
+            status=ctx.status,
+            error=ctx.error,
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            cached_tokens=usage.cached_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else 0,
+            cost_usd=cost_usd(usage, price) if price else 0.0,
+            ttft_s=ctx.ttft,
+            latency_s=now - ctx.started,
+            overhead_ms=ctx.overhead_ms(now),
+        )
+        if record.endpoint_id:
+            totals = self.totals.get(record.endpoint_id)
+            if totals is None:
+                totals = self.totals[record.endpoint_id] = EndpointTotals()
+            totals.requests += 1
+            totals.errors += record.status >= 400
+            totals.prompt_tokens += record.prompt_tokens
+            totals.cached_tokens += record.cached_tokens
+            totals.completion_tokens += record.completion_tokens
+            totals.cost_usd += record.cost_usd
+        for sink in self._sinks:
+            sink.submit(record)
+        return record

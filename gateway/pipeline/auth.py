@@ -1,0 +1,71 @@
+"""Authenticate the bearer key: gateway keys for the API, a separate admin key for admin routes.
+
+Keys are compared by their sha256 digest, so config may hold either the key or "sha256:<hex>".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from gateway.config import AuthConfig, key_digest
+from gateway.errors import AuthenticationFailed, PermissionDenied
+
+
+class Authenticator:
+    def __init__(self, config: AuthConfig) -> None:
+        self._keys = {k.digest: k.name for k in config.keys}
+        self._admin = key_digest(config.admin_key.get_secret_value()) if config.admin_key else None
+
+    @property
+    def open_access(self) -> bool:
+        """No gateway key is configured: the API accepts any caller."""
+        return not self._keys
+
+    @property
+    def admin_enabled(self) -> bool:
+        return self._admin is not None
+
+    def add_key(self, digest: str, name: str) -> None:
+        self._keys[digest] = name
+
+    def authenticate(self, authorization: str | None) -> str | None:
+        """The key's name, or None under open access. Raises AuthenticationFailed."""
+        if not self._keys:
+            return None
+        token = _bearer(authorization)
+        if token is None:
+            raise AuthenticationFailed(
+                "You didn't provide an API key. You need to provide your API key in an Authorization "
+                "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
+            )
+        name = self._keys.get(_digest(token))
+        if name is None:
+            raise AuthenticationFailed("Incorrect API key provided.")
+        return name
+
+    def authenticate_admin(self, authorization: str | None) -> None:
+        if self._admin is None:
+            raise PermissionDenied("The admin API is disabled: set auth.admin_key (GW_AUTH__ADMIN_KEY).")
+        token = _bearer(authorization)
+        if token is None:
+            raise AuthenticationFailed("The admin API needs the admin key as a Bearer token.")
+        if hmac.compare_digest(_digest(token), self._admin):
+            return
+        if _digest(token) in self._keys:
+            raise PermissionDenied("This key is not the admin key.")
+        raise AuthenticationFailed("Incorrect API key provided.")
+
+
+def _bearer(authorization: str | None) -> str | None:
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()

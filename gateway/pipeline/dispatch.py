@@ -1,0 +1,163 @@
+"""Dispatch: try the ordered candidates, retrying and falling back before the first byte.
+
+A request is committed to an endpoint only once that endpoint has produced a complete answer
+(non-streaming) or its first stream event (streaming). Until then every retryable failure is
+retried on the same endpoint with backoff (honouring Retry-After), then the next candidate is
+tried. After commit, failures are the stream stage's business: it never retries, it reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+from gateway.catalog import Endpoint
+from gateway.config import RetryConfig
+from gateway.errors import AllAttemptsFailed, ProviderError, ProviderStreamError, ProviderTimeout, Unavailable
+from gateway.pipeline.context import RequestContext
+from gateway.routing.backoff import retry_delay
+from gateway.routing.breaker import CircuitBreaker
+from gateway.routing.order import Ordering
+from providers.base import ParsedChunk, StreamTranslator
+from providers.http import HTTPClient, Timeouts, UpstreamResponse
+from providers.sse import SSEDecoder
+
+log = logging.getLogger("gateway.dispatch")
+
+
+@dataclass(slots=True)
+class Completed:
+    body: bytes
+
+
+@dataclass(slots=True)
+class Streaming:
+    endpoint: Endpoint
+    first: list[bytes]
+    rest: AsyncIterator[ParsedChunk]
+    done: bool
+    response: UpstreamResponse
+
+
+async def parse_stream(response: UpstreamResponse, translator: StreamTranslator) -> AsyncIterator[ParsedChunk]:
+    decoder = SSEDecoder()
+    async for raw in response.chunks():
+        for event, data in decoder.feed(raw):
+            yield translator.feed(event, data)
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        client: HTTPClient,
+        breaker: CircuitBreaker,
+        retry: RetryConfig,
+        timeouts: Timeouts,
+        *,
+        clock: Callable[[], float],
+        rng: random.Random,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._client = client
+        self._breaker = breaker
+        self._retry = retry
+        self._timeouts = timeouts
+        self._clock = clock
+        self._rng = rng
+        self._sleep = sleep
+
+    async def dispatch(self, ctx: RequestContext, ordering: Ordering) -> Completed | Streaming:
+        if not ordering.endpoints:
+            raise Unavailable(
+                f"No endpoint for `{ctx.model}` is available right now (all are starting or restarting); "
+                "retry shortly.",
+                headers={"retry-after": "1"},
+            )
+        ctx.fail_open = ordering.fail_open
+        if ordering.fail_open:
+            log.warning("every endpoint for %s is ruled out (%s); trying them anyway", ctx.model, ordering.fail_open)
+        last: ProviderError | None = None
+        for endpoint in ordering.endpoints:
+            for attempt in range(self._retry.attempts_per_endpoint):
+                if ctx.attempts >= self._retry.max_attempts:
+                    raise self._exhausted(ctx, last)
+                ctx.attempts += 1
+                ctx.endpoint_id = endpoint.id
+                self._breaker.acquire(endpoint.id, self._clock())
+                try:
+                    result = await self._attempt(ctx, endpoint)
+                except ProviderError as exc:
+                    last = exc
+                    if exc.counts_against_endpoint:
+                        self._breaker.record(endpoint.id, False, self._clock(), exc.retry_after)
+                    if not exc.fallback:
+                        raise
+                    log.info("attempt %d on %s failed: %s", ctx.attempts, endpoint.id, exc.message)
+                    if not exc.retryable or attempt + 1 >= self._retry.attempts_per_endpoint:
+                        break
+                    delay = retry_delay(attempt, exc.retry_after, self._retry, self._rng)
+                    if delay is None:
+                        break
+                    ctx.waited += delay
+                    await self._sleep(delay)
+                    continue
+                self._breaker.record(endpoint.id, True, self._clock())
+                return result
+        raise self._exhausted(ctx, last)
+
+    def _exhausted(self, ctx: RequestContext, last: ProviderError | None) -> AllAttemptsFailed:
+        detail = f": {last.message}" if last else ""
+        return AllAttemptsFailed(
+            f"All {ctx.attempts} attempts for `{ctx.model}` failed{detail}", last=last, attempts=ctx.attempts
+        )
+
+    async def _attempt(self, ctx: RequestContext, endpoint: Endpoint) -> Completed | Streaming:
+        target, adapter = endpoint.target, endpoint.adapter
+        request = adapter.build_request(target, ctx.op, ctx.body, ctx.stream)
+        begin = self._clock()
+        try:
+            response = await self._client.send(request, self._timeouts, endpoint.id)
+            if response.status >= 400:
+                body = await response.read()
+                raise adapter.map_error(target, response.status, response.headers, body)
+            if not ctx.stream:
+                parsed = adapter.parse_response(target, ctx.op, await response.read())
+                ctx.usage = parsed.usage
+                return Completed(parsed.body)
+            return await self._first_event(ctx, endpoint, response)
+        finally:
+            ctx.waited += self._clock() - begin
+
+    async def _first_event(self, ctx: RequestContext, endpoint: Endpoint, response: UpstreamResponse) -> Streaming:
+        translator = endpoint.adapter.stream_translator(endpoint.target, ctx.op, ctx.body)
+        events = parse_stream(response, translator)
+        first: list[bytes] = []
+        done = False
+        try:
+            async with asyncio.timeout(self._timeouts.first_byte):
+                async for chunk in events:
+                    if chunk.usage is not None:
+                        ctx.usage = chunk.usage
+                    first.extend(chunk.payloads)
+                    if chunk.done:
+                        done = True
+                        break
+                    if first:
+                        break
+                else:
+                    raise ProviderStreamError(
+                        f"upstream {endpoint.id} closed the stream before sending any event", endpoint=endpoint.id
+                    )
+        except TimeoutError:
+            response.close()
+            await events.aclose()
+            raise ProviderTimeout(f"upstream {endpoint.id} timed out waiting for the first event", endpoint=endpoint.id) from None
+        except BaseException:
+            response.close()
+            await events.aclose()
+            raise
+        ctx.ttft = self._clock() - ctx.started
+        return Streaming(endpoint, first, events, done, response)
