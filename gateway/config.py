@@ -348,3 +348,13 @@ def _one_line(exc: ValidationError) -> str:
     msg = first["msg"].removeprefix("Value error, ")
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"config error: {loc + ': ' if loc else ''}{msg}{more}"
+
+
+class ClientSettings(BaseSettings):
+    """What `gwctl`'s client commands need to reach a running gateway (``GW_URL``, ``GW_ADMIN_KEY``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GW_", frozen=True, extra="ignore")
+
+    url: str = "http://127.0.0.1:8080"
+    admin_key: SecretStr | None = None
+    timeout: float = 30.0

@@ -14,8 +14,7 @@ from providers.registry import adapter_for
 ADAPTER_KIND: Mapping[str, str] = {"llamacpp": "llamacpp", "vllm": "vllm", "sglang": "sglang", "external": "openai"}
 
 
-def engine_endpoints(supervisor: Any) -> list[Endpoint]:
-    cfg: EngineConfig = supervisor.config
+def engine_endpoints(cfg: EngineConfig, supervisor: Any) -> list[Endpoint]:
     endpoints = []
     for replica in supervisor.replicas:
         endpoint_id = f"{cfg.name}-{replica.index}"
@@ -51,5 +50,5 @@ def engine_endpoints(supervisor: Any) -> list[Endpoint]:
     return endpoints
 
 
-def all_engine_endpoints(supervisors: Sequence[Any]) -> list[Endpoint]:
-    return [ep for s in supervisors for ep in engine_endpoints(s)]
+def all_engine_endpoints(configs: Sequence[EngineConfig], supervisors: Sequence[Any]) -> list[Endpoint]:
+    return [ep for cfg, s in zip(configs, supervisors, strict=True) for ep in engine_endpoints(cfg, s)]

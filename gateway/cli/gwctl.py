@@ -9,16 +9,26 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from gateway.cli import engines as engines_cmd
 from gateway.cli import serve as serve_cmd
 from gateway.errors import ConfigError
 
 Command = Callable[[argparse.Namespace], int]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gwctl", description="Operate the LLM gateway.")
+    parser = _Parser(prog="gwctl", description="Operate the LLM gateway.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve_cmd.add_parser(sub)
+    engines_cmd.add_parser(sub)
     return parser
 
 

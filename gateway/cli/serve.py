@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 import sys
 from typing import Any
 
@@ -12,6 +13,7 @@ import uvicorn
 
 from gateway.app import create_app
 from gateway.config import Settings, load_config
+from gateway.engines import all_engine_endpoints
 
 log = logging.getLogger("gateway")
 
@@ -49,8 +51,31 @@ def _run_loop(coro: Any) -> int:
 
 
 async def serve(settings: Settings) -> int:
+    # Imported here: the engine package is only needed when engines are configured.
+    from providers.engines import EngineStartError, EngineSupervisor
+
+    supervisors = []
+    try:
+        for cfg in settings.engines:
+            supervisor = EngineSupervisor(cfg, logger=logging.getLogger(f"engine.{cfg.name}"))
+            supervisors.append(supervisor)
+            log.info("starting engine %s (%s, %s, %d replica(s))", cfg.name, cfg.kind, cfg.model, cfg.replicas)
+            await supervisor.start()
+        return await _serve_gateway(settings, supervisors)
+    except EngineStartError as exc:
+        print(f"gwctl: {exc.message}", file=sys.stderr)
+        return 2
+    finally:
+        for supervisor in reversed(supervisors):
+            await supervisor.stop()
+
+
+async def _serve_gateway(settings: Settings, supervisors: list[Any]) -> int:
+    app = create_app(
+        settings, extra_endpoints=all_engine_endpoints(settings.engines, supervisors), engines=supervisors
+    )
     config = uvicorn.Config(
-        create_app(settings),
+        app,
         host=settings.server.host,
         port=settings.server.port,
         loop="none",
@@ -61,5 +86,16 @@ async def serve(settings: Settings) -> int:
         timeout_graceful_shutdown=10,
     )
     server = uvicorn.Server(config)
-    await server.serve()
+    # uvicorn re-raises SIGINT/SIGTERM after its graceful shutdown, with the handlers it found
+    # installed; make those no-ops so our caller still stops the engines cleanly.
+    previous = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        await server.serve()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 0 if server.started else 2
+
+
+def _ignore(signum: int, frame: object) -> None:
+    pass

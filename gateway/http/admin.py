@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 
 import orjson
@@ -51,4 +52,31 @@ async def list_endpoints(request: Request) -> Response:
     return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
 
 
-routes = [Route("/admin/api/endpoints", list_endpoints, methods=["GET"])]
+async def list_engines(request: Request) -> Response:
+    if (denied := _guard(request)) is not None:
+        return denied
+    state: AppState = request.state.gw
+    now = time.monotonic()  # the supervisors' clock
+    data = []
+    for cfg, supervisor in zip(state.settings.engines, state.engines):
+        replicas = [
+            {
+                "index": r.index,
+                "state": r.state,
+                "pid": r.pid,
+                "port": r.port,
+                "base_url": r.base_url,
+                "model": r.model,
+                "uptime_s": round(now - r.started_at, 1) if r.started_at is not None and r.state == "ready" else None,
+                "restarts": r.restarts,
+            }
+            for r in supervisor.replicas
+        ]
+        data.append({"name": cfg.name, "kind": cfg.kind, "model": cfg.model, "replicas": replicas})
+    return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
+
+
+routes = [
+    Route("/admin/api/endpoints", list_endpoints, methods=["GET"]),
+    Route("/admin/api/engines", list_engines, methods=["GET"]),
+]
