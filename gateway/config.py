@@ -15,9 +15,16 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from gateway.errors import ConfigError
+from gateway.routing.settings import DeploymentRouting, RoutingConfig, StateStoreConfig
 
 Mode = Literal["chat", "completions", "embeddings"]
 
@@ -78,6 +85,9 @@ class Capabilities(_Frozen):
     tools: bool = True
     logprobs: bool = True
     max_top_logprobs: int = Field(20, ge=0, le=20)
+    # Whether the upstream honours `n` > 1 itself. When False (llama.cpp's server ignores `n`),
+    # dispatch fans the request out n times and merges the answers (gateway.pipeline.fanout).
+    native_n: bool = True
 
 
 class ProviderConfig(_Frozen):
@@ -110,6 +120,7 @@ class DeploymentConfig(_Frozen):
     price: Price = Price()
     context_window: int = Field(8192, gt=0)
     capabilities: Capabilities = Capabilities()
+    routing: DeploymentRouting = DeploymentRouting()
 
     @property
     def endpoint_id(self) -> str:
@@ -174,12 +185,71 @@ class EngineConfig(_Frozen):
     restart_backoff_max: float = Field(30.0, gt=0)
     price: Price = Price()
     capabilities: Capabilities = Capabilities()
+    # Routing hints for every replica (default: one slot each, the engine's cache profile).
+    routing: DeploymentRouting = DeploymentRouting(slots=1)
 
     @model_validator(mode="after")
     def _external_needs_url(self) -> EngineConfig:
         if self.kind == "external" and not self.url:
             raise ValueError("kind 'external' needs url")
         return self
+
+
+class DatabaseConfig(_Frozen):
+    """Where persistence lives: SQLite (a file, WAL mode) by default, PostgreSQL in production
+    (``postgresql+psycopg://user@host:5432/db``; a plain ``postgresql://`` URL means psycopg 3)."""
+
+    url: str = "sqlite:///./gateway.db"
+    connect_timeout: float = Field(5.0, gt=0)
+    pool_size: int = Field(5, ge=1, le=100)
+
+    @field_validator("url")
+    @classmethod
+    def _dialect(cls, v: str) -> str:
+        if not v.startswith(("sqlite:", "sqlite+pysqlite:", "postgresql:", "postgresql+psycopg:")):
+            raise ValueError("must be a sqlite:/// or postgresql:// URL")
+        return v
+
+
+class PersistenceConfig(_Frozen):
+    """Request records go to a bounded queue that a background writer drains in batches; past the
+    bound they spill to an append-only file, replayed when the database answers again."""
+
+    enabled: bool = False
+    queue_size: int = Field(10_000, ge=1)
+    batch_size: int = Field(500, ge=1, le=10_000)
+    flush_interval: float = Field(0.5, gt=0)
+    # One spill file per gateway process (replicas on one host need their own paths); a restarted
+    # process replays what its predecessor left there.
+    spill_path: str = "./gateway-spill.jsonl"
+    spill_max_bytes: int = Field(256 * 1024 * 1024, ge=0)
+    retry_initial: float = Field(0.5, gt=0)
+    retry_max: float = Field(10.0, gt=0)
+    # Keep prompt and response bodies in the request log (off: metadata only).
+    store_bodies: bool = False
+    # How often each replica re-reads gateway keys and manual endpoint states from the database.
+    refresh_interval: float = Field(5.0, gt=0)
+    shutdown_timeout: float = Field(10.0, gt=0)
+
+
+class RetentionConfig(_Frozen):
+    """Days to keep each table's rows (None: forever), enforced by a periodic job in small batches."""
+
+    interval: float = Field(3600.0, gt=0)
+    batch_size: int = Field(2000, ge=1)
+    pause: float = Field(0.05, ge=0)
+    request_log_days: float | None = Field(30.0, gt=0)
+    spend_days: float | None = Field(400.0, gt=0)
+    probe_days: float | None = Field(90.0, gt=0)
+    health_days: float | None = Field(365.0, gt=0)
+    manual_action_days: float | None = Field(365.0, gt=0)
+    config_history_days: float | None = Field(365.0, gt=0)
+
+
+class MetricsConfig(_Frozen):
+    """Prometheus metrics at ``/metrics`` (a registry per app; bounded labels only)."""
+
+    enabled: bool = True
 
 
 def key_digest(raw: str) -> str:
@@ -205,6 +275,12 @@ class Settings(BaseSettings):
     providers: tuple[ProviderConfig, ...] = ()
     deployments: tuple[DeploymentConfig, ...] = ()
     engines: tuple[EngineConfig, ...] = ()
+    routing: RoutingConfig = RoutingConfig()
+    state_store: StateStoreConfig = StateStoreConfig()
+    database: DatabaseConfig = DatabaseConfig()
+    persistence: PersistenceConfig = PersistenceConfig()
+    retention: RetentionConfig = RetentionConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
     @classmethod
     def settings_customise_sources(
@@ -278,6 +354,8 @@ def load_config(
         settings = _bound_to(env)(**data)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
+    except SettingsError as exc:  # e.g. a GW_* value that should be JSON and is not
+        raise ConfigError(f"config error: {str(exc).splitlines()[0]}") from None
     return _resolve_secrets(settings, env)
 
 
@@ -334,7 +412,7 @@ def _resolve_secrets(settings: Settings, env: Mapping[str, str]) -> Settings:
             value = env.get(p.api_key_env)
             if not value:
                 raise ConfigError(
-                    f"providers.{i}.api_key_env: environment variable {p.api_key_env} is not set"
+                    f"config error: providers.{i}.api_key_env: environment variable {p.api_key_env} is not set"
                 )
             p = p.model_copy(update={"api_key": SecretStr(value)})
         providers.append(p)

@@ -9,27 +9,24 @@ from __future__ import annotations
 
 
 class SSEDecoder:
-    __slots__ = ("_buffer", "_event", "_data")
+    __slots__ = ("_buffer", "_event", "_data", "_skip_lf")
 
     def __init__(self) -> None:
         self._buffer = b""
         self._event: str | None = None
         self._data: list[bytes] = []
+        # The last chunk ended with "\r": a "\n" starting the next one completes that line end.
+        self._skip_lf = False
 
     def feed(self, chunk: bytes) -> list[tuple[str | None, bytes]]:
-        if b"\r" in chunk or self._buffer.endswith(b"\r"):
-            chunk = chunk.replace(b"\r\n", b"\n")
-            buffer = (self._buffer + chunk).replace(b"\r\n", b"\n")
-            # A lone trailing \r may be the first half of \r\n: keep it for the next chunk.
-            if buffer.endswith(b"\r"):
-                self._buffer = b"\r"
-                buffer = buffer[:-1]
-            else:
-                self._buffer = b""
-            buffer = buffer.replace(b"\r", b"\n")
-        else:
-            buffer = self._buffer + chunk
-            self._buffer = b""
+        if self._skip_lf and chunk:
+            self._skip_lf = False
+            if chunk[0] == 0x0A:
+                chunk = chunk[1:]
+        if b"\r" in chunk:
+            self._skip_lf = chunk.endswith(b"\r")
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        buffer = self._buffer + chunk
         events: list[tuple[str | None, bytes]] = []
         start = 0
         while True:
@@ -38,12 +35,13 @@ class SSEDecoder:
                 break
             self._line(buffer[start:end], events)
             start = end + 1
-        self._buffer = buffer[start:] + self._buffer
+        self._buffer = buffer[start:]
         return events
 
     def flush(self) -> list[tuple[str | None, bytes]]:
         """End of stream: an unterminated last event is dropped, as the SSE spec says."""
         self._buffer = b""
+        self._skip_lf = False
         self._data = []
         self._event = None
         return []

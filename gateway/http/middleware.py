@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 import uuid
+from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -20,24 +22,32 @@ def _incoming_id(scope: Scope) -> str | None:
 
 
 class RequestIdMiddleware:
-    """Gives every HTTP request an id (the client's x-request-id if sane) and every response the header."""
+    """Gives every HTTP request an id (the client's x-request-id if sane) and every response the
+    gateway's headers. Inference handlers set their own; any other response (models, health, an
+    unknown route) gets ``x-gateway-attempts: 0`` and the time it took as its overhead."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, clock: Callable[[], float] = time.perf_counter) -> None:
         self.app = app
+        self._clock = clock
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = self._clock()
         request_id = _incoming_id(scope) or f"req_{uuid.uuid4().hex}"
         scope["gateway.request_id"] = request_id
-        header = (b"x-request-id", request_id.encode())
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = message.setdefault("headers", [])
-                if not any(name == b"x-request-id" for name, _ in headers):
-                    headers.append(header)
+                names = {name for name, _ in headers}
+                if b"x-request-id" not in names:
+                    headers.append((b"x-request-id", request_id.encode()))
+                if b"x-gateway-attempts" not in names:
+                    headers.append((b"x-gateway-attempts", b"0"))
+                if b"x-gateway-overhead-ms" not in names:
+                    headers.append((b"x-gateway-overhead-ms", f"{(self._clock() - started) * 1000.0:.3f}".encode()))
             await send(message)
 
         await self.app(scope, receive, send_with_id)

@@ -1,0 +1,111 @@
+"""Accounting: cost math (cached tokens at their own price), per-endpoint totals, sinks."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.config import Price
+from gateway.pipeline.account import Accountant, RequestRecord, cost_usd
+from gateway.pipeline.context import RequestContext
+from providers.base import Usage
+
+PRICE = Price(input=2.0, cached_input=0.5, output=8.0)  # USD per 1M tokens
+
+
+def test_cost_without_cache() -> None:
+    assert cost_usd(Usage(prompt_tokens=1_000_000, completion_tokens=500_000), PRICE) == pytest.approx(2.0 + 4.0)
+
+
+def test_cost_with_cached_tokens() -> None:
+    usage = Usage(prompt_tokens=1_000, completion_tokens=200, cached_tokens=600)
+    expected = (400 * 2.0 + 600 * 0.5 + 200 * 8.0) / 1_000_000
+    assert cost_usd(usage, PRICE) == pytest.approx(expected)
+
+
+def test_cached_tokens_default_to_the_input_price() -> None:
+    price = Price(input=2.0, output=8.0)
+    cached = cost_usd(Usage(prompt_tokens=1_000, completion_tokens=0, cached_tokens=1_000), price)
+    assert cached == pytest.approx(cost_usd(Usage(prompt_tokens=1_000), price))
+
+
+def test_cached_tokens_are_capped_at_the_prompt() -> None:
+    usage = Usage(prompt_tokens=100, completion_tokens=0, cached_tokens=500)  # a provider's bad report
+    assert cost_usd(usage, PRICE) == pytest.approx(100 * 0.5 / 1_000_000)
+
+
+def test_no_usage_costs_nothing() -> None:
+    assert cost_usd(None, PRICE) == 0.0
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.records: list[RequestRecord] = []
+
+    def submit(self, record: RequestRecord) -> None:
+        self.records.append(record)
+
+
+def ctx(endpoint_id: str | None, usage: Usage | None, status: int = 200, started: float = 10.0) -> RequestContext:
+    c = RequestContext(
+        request_id="req_1", op="chat", started=started, key_name="team", model="m", stream=True, attempts=2
+    )
+    c.endpoint_id, c.usage, c.status, c.ttft, c.waited = endpoint_id, usage, status, 0.25, 1.0
+    return c
+
+
+def test_record_and_totals() -> None:
+    sink = Sink()
+    now = [11.5]
+    accountant = Accountant({"a/m": PRICE}.get, lambda: now[0], sinks=(sink,))
+
+    record = accountant.record(ctx("a/m", Usage(prompt_tokens=1_000, completion_tokens=200, cached_tokens=600)))
+    accountant.record(ctx("a/m", None, status=502))
+
+    assert sink.records[0] is record
+    assert (record.request_id, record.key_name, record.model, record.endpoint_id, record.op) == (
+        "req_1",
+        "team",
+        "m",
+        "a/m",
+        "chat",
+    )
+    assert (record.stream, record.attempts, record.status, record.ttft_s) == (True, 2, 200, 0.25)
+    assert (record.prompt_tokens, record.cached_tokens, record.completion_tokens) == (1_000, 600, 200)
+    assert record.cost_usd == pytest.approx((400 * 2.0 + 600 * 0.5 + 200 * 8.0) / 1_000_000)
+    assert record.latency_s == pytest.approx(1.5)
+    assert record.overhead_ms == pytest.approx(500.0)  # 1.5 s minus 1.0 s waiting on the upstream
+    totals = accountant.totals["a/m"]
+    assert (totals.requests, totals.errors, totals.prompt_tokens, totals.cached_tokens, totals.completion_tokens) == (
+        2,
+        1,
+        1_000,
+        600,
+        200,
+    )
+    assert totals.cost_usd == pytest.approx(record.cost_usd)
+
+
+def test_request_that_reached_no_endpoint() -> None:
+    accountant = Accountant({}.get, lambda: 10.0)
+    record = accountant.record(ctx(None, None, status=400))
+    assert record.cost_usd == 0.0 and record.endpoint_id is None
+    assert accountant.totals == {}
+
+
+def test_unpriced_endpoint_costs_nothing() -> None:
+    accountant = Accountant({}.get, lambda: 10.0)
+    record = accountant.record(ctx("x/m", Usage(prompt_tokens=10, completion_tokens=10)))
+    assert record.cost_usd == 0.0
+    assert accountant.totals["x/m"].prompt_tokens == 10
+
+
+def test_usage_from_openai() -> None:
+    assert Usage.from_openai(None) is None
+    assert Usage.from_openai({}) is None
+    usage = Usage.from_openai(
+        {"prompt_tokens": 12, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 8}}
+    )
+    assert usage == Usage(prompt_tokens=12, completion_tokens=3, cached_tokens=8)
+    assert Usage.from_openai({"prompt_tokens": 5, "completion_tokens": None, "prompt_tokens_details": None}) == Usage(
+        5, 0, 0
+    )

@@ -1,0 +1,72 @@
+"""The catalog: endpoints built from config, indexed by public model name."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.catalog import Catalog, endpoints_from_settings
+from gateway.config import load_config
+from gateway.errors import ModelNotFound
+from providers.llamacpp import LlamaCppAdapter
+from tests.fakes.catalog import make_endpoint
+
+
+def settings():  # type: ignore[no-untyped-def]
+    return load_config(
+        environ={"TOGETHER_KEY": "sk-together"},
+        providers=[
+            {
+                "name": "together",
+                "kind": "together",
+                "base_url": "https://t.test/v1",
+                "api_key_env": "TOGETHER_KEY",
+                "region": "us",
+                "headers": {"x-org": "1"},
+            },
+            {"name": "local", "kind": "llamacpp", "base_url": "http://127.0.0.1:8001/v1", "keeps_prompts": False},
+        ],
+        deployments=[
+            {"model": "llama", "provider": "together", "upstream_model": "meta/llama"},
+            {"model": "llama", "provider": "local", "id": "local-llama"},
+            {"model": "qwen/qwen3", "provider": "local"},
+        ],
+    )
+
+
+def test_endpoints_from_settings() -> None:
+    together, local, qwen = endpoints_from_settings(settings())
+
+    assert (together.id, together.model, together.provider, together.kind, together.region) == (
+        "together/llama",
+        "llama",
+        "together",
+        "together",
+        "us",
+    )
+    assert together.target.base_url == "https://t.test/v1"
+    assert (together.target.upstream_model, together.target.public_model) == ("meta/llama", "llama")
+    assert together.target.api_key == "sk-together"
+    assert together.target.extra_headers == {"x-org": "1"}
+    assert local.id == "local-llama" and local.target.api_key is None
+    assert isinstance(local.adapter, LlamaCppAdapter)
+    assert qwen.id == "local/qwen/qwen3"
+    assert all(ep.is_ready() for ep in (together, local, qwen))
+
+
+def test_catalog_index() -> None:
+    catalog = Catalog(endpoints_from_settings(settings()), created=5)
+    assert catalog.models() == ["llama", "qwen/qwen3"]
+    assert [ep.id for ep in catalog.candidates("llama")] == ["together/llama", "local-llama"]
+    assert catalog.has_model("qwen/qwen3") and not catalog.has_model("nope")
+    assert catalog.by_id["local-llama"].model == "llama"
+    with pytest.raises(ModelNotFound) as info:
+        catalog.candidates("nope")
+    assert "`nope`" in info.value.message and info.value.param == "model"
+
+
+def test_readiness_callback() -> None:
+    flag = {"up": False}
+    ep = make_endpoint("e/m", ready=lambda: flag["up"])
+    assert not ep.is_ready()
+    flag["up"] = True
+    assert ep.is_ready()
