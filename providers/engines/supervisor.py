@@ -62,6 +62,7 @@ class EngineSupervisor:
         output_level: int = logging.INFO,
         environ: Mapping[str, str] | None = None,
         cache_dir: Path | None = None,
+        kinds: Mapping[str, EngineKind] = ENGINE_KINDS,
     ) -> None:
         self._cfg = cfg
         self._log = logger or logging.getLogger(f"providers.engines.{cfg.name}")
@@ -72,7 +73,8 @@ class EngineSupervisor:
         self._stop_grace = stop_grace
         self._output_level = output_level
         self._cache_dir = cache_dir
-        self._kind: EngineKind | None = ENGINE_KINDS.get(cfg.kind)
+        # `kinds` is a seam for tests (a fake engine); "external" has no entry, hence no process.
+        self._kind: EngineKind | None = kinds.get(cfg.kind)
         self._env = engine_environment(self._kind, os.environ if environ is None else environ) if self._kind else {}
         self._model_arg = cfg.model
         self._processes: dict[int, EngineProcess] = {}
@@ -218,7 +220,7 @@ class EngineSupervisor:
         replica.state = "restarting"
         reason = f"exited with code {process.returncode}" if process.returncode is not None else "stopped answering"
         delay = min(cfg.restart_backoff_initial * 2**attempt, cfg.restart_backoff_max)
-        self._log.warning("engine %s#%d %s; restarting in %.1fs", cfg.name, replica.index, reason, delay)
+        self._log.warning("engine %s#%d %s; restarting in %gs", cfg.name, replica.index, reason, delay)
         await process.terminate(self._stop_grace)
         await asyncio.sleep(delay)
         replica.restarts += 1
