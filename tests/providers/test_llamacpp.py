@@ -629,3 +629,10 @@ async def test_a_failure_on_a_live_replica_is_still_retried_and_reported_as_befo
     with pytest.raises(AllAttemptsFailed) as caught:
         await dispatcher_for(refuses).dispatch(chat_context(), Ordering((replica,)))
     assert caught.value.status_code == 502
+
+
+def test_a_fastapi_422_keeps_its_detail() -> None:
+    body = orjson.dumps({"detail": [{"loc": ["body"], "msg": "Field required", "type": "missing"}]})
+    err = ADAPTER.map_error(TARGET, 422, {}, body)
+    assert isinstance(err, ProviderRejected) and err.status_code == 422
+    assert err.message == '[{"loc":["body"],"msg":"Field required","type":"missing"}]'
