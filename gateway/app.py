@@ -14,14 +14,22 @@ from starlette.middleware import Middleware
 
 from gateway.catalog import Catalog, Endpoint, endpoints_from_settings
 from gateway.config import Settings
-from gateway.http import admin, health, openai_routes
+from gateway.health_states import HealthStates
+from gateway.http import admin, admin_api, health, openai_routes, route_admin
+from gateway.http import dashboard
+from gateway.http import metrics as metrics_route
 from gateway.http.errors import method_not_allowed, not_found, server_error
 from gateway.http.middleware import RequestIdMiddleware
+from gateway.metrics import build_metrics
+from gateway.persistence.runtime import Persistence
 from gateway.pipeline.account import Accountant
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.routing.breaker import CircuitBreaker
+from gateway.routing.router import Router
+from gateway.routing.shared import SharedState
 from gateway.state import AppState
+from gateway.state_store import StateStore, open_store
 from providers.http import AiohttpClient, HTTPClient, Timeouts
 
 log = logging.getLogger("gateway")
@@ -40,21 +48,36 @@ def build_state(
     engines: Sequence[Any] = (),
     clock: Callable[[], float] = time.perf_counter,
     rng: random.Random | None = None,
+    store: StateStore | None = None,
 ) -> AppState:
     catalog = Catalog([*endpoints_from_settings(settings), *extra_endpoints], created=int(time.time()))
     breaker = CircuitBreaker(settings.breaker)
     prices = {ep.id: ep.deployment.price for ep in catalog.endpoints}
     dispatcher = Dispatcher(client, breaker, settings.retry, timeouts_from(settings), clock=clock, rng=rng or random.Random())
+    health_states = HealthStates()
+    persistence = Persistence(settings) if settings.persistence.enabled else None
+    metrics = build_metrics(catalog, breaker, health_states, clock, persistence) if settings.metrics.enabled else None
+    sinks = tuple(s for s in (metrics.sink if metrics else None, persistence.queue if persistence else None) if s is not None)
+    keep_bodies = settings.persistence.enabled and settings.persistence.store_bodies
+    store = store or open_store(settings.state_store)
+    shared = SharedState(settings.routing, settings.state_store, catalog, store, breaker, health=health_states, clock=clock)
+    router = Router(settings.routing, catalog, shared, clock=clock, rng=random.Random(rng.random()) if rng else None)
+    dispatcher.observer = router
     return AppState(
         settings=settings,
         catalog=catalog,
         auth=Authenticator(settings.auth),
         breaker=breaker,
         dispatcher=dispatcher,
-        accountant=Accountant(prices.get, clock),
+        accountant=Accountant(prices.get, clock, sinks, keep_bodies=keep_bodies, observers=(router.finished,)),
         client=client,
         clock=clock,
         engines=engines,
+        health=health_states,
+        metrics=metrics,
+        persistence=persistence,
+        router=router,
+        shared=shared,
     )
 
 
@@ -66,13 +89,19 @@ def create_app(
     engines: Sequence[Any] = (),
     clock: Callable[[], float] = time.perf_counter,
     rng: random.Random | None = None,
+    store: StateStore | None = None,
 ) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, AppState]]:
         client = client_factory()  # inside the running loop: aiohttp binds to it
         state = build_state(
-            settings, client=client, extra_endpoints=extra_endpoints, engines=engines, clock=clock, rng=rng
+            settings, client=client, extra_endpoints=extra_endpoints, engines=engines, clock=clock, rng=rng, store=store
         )
+        assert state.shared is not None
+        await state.shared.sync_once()  # the shared view before the first request
+        state.shared.start()
+        if state.persistence is not None:  # loads stored keys first, so open_access below is right
+            await state.persistence.start(state.catalog, state.auth, state.health)
         if state.auth.open_access:
             log.warning("no gateway key is configured: the API accepts requests without a key")
         log.info(
@@ -81,10 +110,13 @@ def create_app(
         try:
             yield {"gw": state}
         finally:
+            if state.persistence is not None:
+                await state.persistence.aclose()  # flushes the record queue
+            await state.shared.aclose()
             await client.aclose()
 
     return Starlette(
-        routes=[*openai_routes.routes, *health.routes, *admin.routes],
+        routes=[*openai_routes.routes, *health.routes, *admin.routes, *admin_api.routes, *metrics_route.routes, *route_admin.routes, *dashboard.routes],
         middleware=[Middleware(RequestIdMiddleware)],
         exception_handlers={404: not_found, 405: method_not_allowed, Exception: server_error},
         lifespan=lifespan,

@@ -216,6 +216,9 @@ class PersistenceConfig(_Frozen):
     bound they spill to an append-only file, replayed when the database answers again."""
 
     enabled: bool = False
+    # Where the database writes run: a worker process (the gateway's own process then does no
+    # database work and its event loop never shares the GIL with it), or a thread.
+    writer: Literal["process", "thread"] = "process"
     queue_size: int = Field(10_000, ge=1)
     batch_size: int = Field(500, ge=1, le=10_000)
     flush_interval: float = Field(0.5, gt=0)

@@ -6,12 +6,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.catalog import Endpoint
-from gateway.config import DeploymentConfig, EngineConfig
+from gateway.config import Capabilities, DeploymentConfig, EngineConfig
 from providers.base import Target
 from providers.registry import adapter_for
 
 # Engine kind -> provider adapter kind.
 ADAPTER_KIND: Mapping[str, str] = {"llamacpp": "llamacpp", "vllm": "vllm", "sglang": "sglang", "external": "openai"}
+# Engine kinds whose server ignores `n` (one choice whatever is asked): dispatch fans out instead.
+IGNORES_N = frozenset({"llamacpp"})
+
+
+def engine_capabilities(cfg: EngineConfig) -> Capabilities:
+    if cfg.kind in IGNORES_N:
+        return cfg.capabilities.model_copy(update={"native_n": False})
+    return cfg.capabilities
 
 
 def engine_endpoints(cfg: EngineConfig, supervisor: Any) -> list[Endpoint]:
@@ -25,7 +33,8 @@ def engine_endpoints(cfg: EngineConfig, supervisor: Any) -> list[Endpoint]:
             id=endpoint_id,
             price=cfg.price,
             context_window=cfg.n_ctx,
-            capabilities=cfg.capabilities,
+            capabilities=engine_capabilities(cfg),
+            routing=cfg.routing,
         )
         index = replica.index
         endpoints.append(

@@ -6,12 +6,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.admin_sessions import SessionStore
 from gateway.catalog import Catalog
 from gateway.config import Settings
+from gateway.health_states import HealthStates
+from gateway.metrics import GatewayMetrics
+from gateway.persistence.runtime import Persistence
 from gateway.pipeline.account import Accountant
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.routing.breaker import CircuitBreaker
+from gateway.routing.router import Router
+from gateway.routing.shared import SharedState
 from providers.http import HTTPClient
 
 
@@ -27,3 +33,12 @@ class AppState:
     clock: Callable[[], float]
     # Supervised local engines (providers.engines.EngineSupervisor), already started.
     engines: Sequence[Any] = field(default_factory=tuple)
+    # Endpoint health states (probes and operators set them; routing reads them).
+    health: HealthStates = field(default_factory=HealthStates)
+    metrics: GatewayMetrics | None = None  # settings.metrics.enabled
+    persistence: Persistence | None = None  # settings.persistence.enabled
+    # Routing (filters, policy, feedback) over state shared with other replicas through the store.
+    router: Router | None = None
+    shared: SharedState | None = None
+    # Dashboard sign-in sessions (gateway.http.dashboard); the admin guard accepts them.
+    sessions: SessionStore = field(default_factory=SessionStore)

@@ -31,17 +31,29 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    # Whether the upstream reported cached tokens at all (0 reported is a miss; absent says nothing).
+    cache_reported: bool = field(default=False, compare=False)
 
     @classmethod
     def from_openai(cls, usage: Mapping[str, Any] | None) -> Usage | None:
         if not usage:
             return None
         details = usage.get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+        for name in CACHED_TOKEN_FIELDS:
+            if cached is None:
+                cached = usage.get(name)
         return cls(
             prompt_tokens=int(usage.get("prompt_tokens") or 0),
             completion_tokens=int(usage.get("completion_tokens") or 0),
-            cached_tokens=int(details.get("cached_tokens") or 0),
+            cached_tokens=int(cached or 0),
+            cache_reported=cached is not None,
         )
+
+
+# Where OpenAI-compatible upstreams other than OpenAI put the cached prompt tokens:
+# DeepSeek's `prompt_cache_hit_tokens`, Anthropic-style `cache_read_input_tokens`.
+CACHED_TOKEN_FIELDS = ("prompt_cache_hit_tokens", "cache_read_input_tokens")
 
 
 @dataclass(slots=True)

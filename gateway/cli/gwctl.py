@@ -9,7 +9,10 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from gateway.cli import db as db_cmd
 from gateway.cli import engines as engines_cmd
+from gateway.cli import keys as keys_cmd
+from gateway.cli import route as route_cmd
 from gateway.cli import serve as serve_cmd
 from gateway.errors import ConfigError
 
@@ -29,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve_cmd.add_parser(sub)
     engines_cmd.add_parser(sub)
+    route_cmd.add_parser(sub)
+    db_cmd.add_parser(sub)
+    keys_cmd.add_parser(sub)
     return parser
 
 

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway import admin_sessions
 from gateway.errors import GatewayError
 from gateway.http.errors import error_response
 from gateway.state import AppState
@@ -18,7 +19,13 @@ from gateway.state import AppState
 def _guard(request: Request) -> Response | None:
     state: AppState = request.state.gw
     try:
-        state.auth.authenticate_admin(request.headers.get("authorization"))
+        authorization = request.headers.get("authorization")
+        cookie = request.cookies.get(admin_sessions.COOKIE)
+        if authorization is None and cookie is not None and state.auth.admin_enabled:  # the dashboard's session
+            csrf = request.headers.get(admin_sessions.CSRF_HEADER)
+            admin_sessions.admit(state.sessions, cookie, request.method, csrf, state.clock())
+        else:
+            state.auth.authenticate_admin(authorization)
     except GatewayError as exc:
         return error_response(exc, {"x-request-id": request.scope["gateway.request_id"]})
     return None

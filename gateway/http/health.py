@@ -28,6 +28,9 @@ async def readyz(request: Request) -> Response:
     }
     if not state.catalog.endpoints:
         body["reason"] = "no endpoint is configured"
+    if state.shared is not None:
+        # A store outage does not make the gateway unready: it serves on local state, and says so.
+        body["state_store"] = state.shared.status()
     return Response(orjson.dumps(body), status_code=200 if ok else 503, media_type="application/json")
 
 

@@ -1,6 +1,6 @@
 """The OpenAI-compatible API. Handlers stay thin: they run the pipeline stages in order.
 
-authenticate -> read + validate -> resolve -> order -> dispatch -> respond/stream -> account
+authenticate -> read + validate -> resolve -> route -> dispatch -> respond/stream -> account
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from gateway.pipeline.dispatch import Completed
 from gateway.pipeline.resolve import resolve
 from gateway.pipeline.stream import relay
 from gateway.pipeline.validate import parse_json, validate
-from gateway.routing.order import order_candidates
 from gateway.state import AppState
 from providers.base import Operation
 
@@ -43,12 +42,15 @@ async def serve_inference(request: Request, op: Operation) -> Response:
     state: AppState = request.state.gw
     clock = state.clock
     ctx = RequestContext(request_id=request.scope["gateway.request_id"], op=op, started=clock())
+    if state.accountant.keep_bodies:
+        ctx.response_parts = []
     try:
         ctx.key_name = state.auth.authenticate(request.headers.get("authorization"))
         body = validate(op, parse_json(await read_body(request, state.settings.server.max_body_bytes)))
         ctx.body, ctx.model, ctx.stream = body, body["model"], bool(body.get("stream"))
         candidates = resolve(state.catalog, op, ctx.model, body)
-        ordering = order_candidates(candidates, state.breaker, clock())
+        assert state.router is not None  # build_state always makes one
+        ordering = await state.router.route(ctx, candidates)
         result = await state.dispatcher.dispatch(ctx, ordering)
     except GatewayError as exc:
         ctx.status, ctx.error = exc.status_code, type(exc).__name__
@@ -56,6 +58,8 @@ async def serve_inference(request: Request, op: Operation) -> Response:
         return error_response(exc, ctx.response_headers(clock()))
     if isinstance(result, Completed):
         headers = ctx.response_headers(clock())
+        if ctx.response_parts is not None:
+            ctx.response_parts.append(result.body)
         state.accountant.record(ctx)
         return Response(result.body, media_type="application/json", headers=headers)
     headers = ctx.response_headers(clock())

@@ -41,6 +41,10 @@ class RequestRecord:
     ttft_s: float | None
     latency_s: float
     overhead_ms: float
+    # Only when the accountant keeps bodies (persistence.store_bodies): the parsed request, and the
+    # response body (a stream's event payloads, one per line).
+    request_body: object = None
+    response_body: bytes | None = None
 
 
 class RecordSink(Protocol):
@@ -63,13 +67,21 @@ class Accountant:
         prices: Callable[[str], Price | None],
         clock: Callable[[], float],
         sinks: tuple[RecordSink, ...] = (),
+        *,
+        keep_bodies: bool = False,
+        observers: tuple[Callable[[RequestContext], None], ...] = (),
     ) -> None:
         self._prices = prices
         self._clock = clock
         self._sinks = sinks
+        # Told about every finished request first (routing's feedback: in-flight, latency, affinity).
+        self.observers = observers
+        self.keep_bodies = keep_bodies
         self.totals: dict[str, EndpointTotals] = {}
 
     def record(self, ctx: RequestContext) -> RequestRecord:
+        for observer in self.observers:
+            observer(ctx)
         now = self._clock()
         price = self._prices(ctx.endpoint_id) if ctx.endpoint_id else None
         usage = ctx.usage
@@ -91,6 +103,9 @@ class Accountant:
             latency_s=now - ctx.started,
             overhead_ms=ctx.overhead_ms(now),
         )
+        if self.keep_bodies:
+            record.request_body = ctx.body
+            record.response_body = b"\n".join(ctx.response_parts) if ctx.response_parts else None
         if record.endpoint_id:
             totals = self.totals.get(record.endpoint_id)
             if totals is None:

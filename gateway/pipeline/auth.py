@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Mapping
 
 from gateway.config import AuthConfig, key_digest
 from gateway.errors import AuthenticationFailed, PermissionDenied
@@ -15,23 +16,33 @@ from gateway.errors import AuthenticationFailed, PermissionDenied
 class Authenticator:
     def __init__(self, config: AuthConfig) -> None:
         self._keys = {k.digest: k.name for k in config.keys}
+        # Config keys and add_key()'s; keys from the database come and go with set_stored_keys().
+        self._static = dict(self._keys)
+        self._stored_defined = False
         self._admin = key_digest(config.admin_key.get_secret_value()) if config.admin_key else None
 
     @property
     def open_access(self) -> bool:
-        """No gateway key is configured: the API accepts any caller."""
-        return not self._keys
+        """No gateway key is configured (nor was one ever stored): the API accepts any caller."""
+        return not self._keys and not self._stored_defined
 
     @property
     def admin_enabled(self) -> bool:
         return self._admin is not None
 
     def add_key(self, digest: str, name: str) -> None:
+        self._static[digest] = name
         self._keys[digest] = name
+
+    def set_stored_keys(self, active: Mapping[str, str], *, any_defined: bool) -> None:
+        """Replace the database's keys (digest -> name) in one swap; config keys win on a clash.
+        Once any key was stored, revoking them all closes the API instead of opening it."""
+        self._keys = {**active, **self._static}
+        self._stored_defined = any_defined
 
     def authenticate(self, authorization: str | None) -> str | None:
         """The key's name, or None under open access. Raises AuthenticationFailed."""
-        if not self._keys:
+        if not self._keys and not self._stored_defined:
             return None
         token = _bearer(authorization)
         if token is None:

@@ -26,6 +26,17 @@ class RequestContext:
     ttft: float | None = None
     status: int = 200
     error: str | None = None
+    # Set to [] when response bodies are kept (persistence.store_bodies); stages append payloads.
+    response_parts: list[bytes] | None = None
+    # Routing: the decision's per-request state (gateway.routing.router.RouteTicket), its
+    # explanation header, and body fields to add for particular endpoints (prompt_cache_key).
+    route: Any = None
+    route_header: str | None = None
+    body_extra: dict[str, dict[str, Any]] | None = None
+
+    def body_for(self, endpoint_id: str) -> dict[str, Any]:
+        extra = self.body_extra.get(endpoint_id) if self.body_extra else None
+        return {**self.body, **extra} if extra else self.body
 
     def overhead_ms(self, now: float) -> float:
         return max(0.0, (now - self.started - self.waited) * 1000.0)
@@ -40,4 +51,6 @@ class RequestContext:
             headers["x-gateway-endpoint"] = self.endpoint_id
         if self.fail_open:
             headers["x-gateway-fail-open"] = self.fail_open
+        if self.route_header:
+            headers["x-gateway-route"] = self.route_header
         return headers

@@ -13,11 +13,13 @@ import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from gateway.catalog import Endpoint
 from gateway.config import RetryConfig
 from gateway.errors import AllAttemptsFailed, ProviderError, ProviderStreamError, ProviderTimeout, Unavailable
 from gateway.pipeline.context import RequestContext
+from gateway.pipeline.fanout import fan_out, fan_out_count
 from gateway.routing.backoff import retry_delay
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.order import Ordering
@@ -49,6 +51,23 @@ async def parse_stream(response: UpstreamResponse, translator: StreamTranslator)
             yield translator.feed(event, data)
 
 
+class AttemptObserver(Protocol):
+    """Told about each attempt (routing's in-flight counts and latency feedback)."""
+
+    def attempt_started(self, ctx: RequestContext, endpoint: Endpoint, now: float) -> None: ...
+
+    def attempt_failed(self, ctx: RequestContext, endpoint: Endpoint, now: float) -> None: ...
+
+    def attempt_committed(self, ctx: RequestContext, endpoint: Endpoint, now: float) -> None: ...
+
+
+def _restarting(ctx: RequestContext) -> Unavailable:
+    return Unavailable(
+        f"No endpoint for `{ctx.model}` is available right now (all are starting or restarting); retry shortly.",
+        headers={"retry-after": "1"},
+    )
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -60,7 +79,9 @@ class Dispatcher:
         clock: Callable[[], float],
         rng: random.Random,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        observer: AttemptObserver | None = None,
     ) -> None:
+        self.observer = observer
         self._client = client
         self._breaker = breaker
         self._retry = retry
@@ -71,11 +92,7 @@ class Dispatcher:
 
     async def dispatch(self, ctx: RequestContext, ordering: Ordering) -> Completed | Streaming:
         if not ordering.endpoints:
-            raise Unavailable(
-                f"No endpoint for `{ctx.model}` is available right now (all are starting or restarting); "
-                "retry shortly.",
-                headers={"retry-after": "1"},
-            )
+            raise _restarting(ctx)
         ctx.fail_open = ordering.fail_open
         if ordering.fail_open:
             log.warning("every endpoint for %s is ruled out (%s); trying them anyway", ctx.model, ordering.fail_open)
@@ -87,16 +104,23 @@ class Dispatcher:
                 ctx.attempts += 1
                 ctx.endpoint_id = endpoint.id
                 self._breaker.acquire(endpoint.id, self._clock())
+                if self.observer is not None:
+                    self.observer.attempt_started(ctx, endpoint, self._clock())
                 try:
                     result = await self._attempt(ctx, endpoint)
-                except ProviderError as exc:
+                except BaseException as exc:
+                    if self.observer is not None:
+                        self.observer.attempt_failed(ctx, endpoint, self._clock())
+                    if not isinstance(exc, ProviderError):
+                        raise
                     last = exc
                     if exc.counts_against_endpoint:
                         self._breaker.record(endpoint.id, False, self._clock(), exc.retry_after)
                     if not exc.fallback:
                         raise
                     log.info("attempt %d on %s failed: %s", ctx.attempts, endpoint.id, exc.message)
-                    if not exc.retryable or attempt + 1 >= self._retry.attempts_per_endpoint:
+                    # A local engine that died meanwhile is restarting: retrying it now cannot help.
+                    if not exc.retryable or attempt + 1 >= self._retry.attempts_per_endpoint or not endpoint.is_ready():
                         break
                     delay = retry_delay(attempt, exc.retry_after, self._retry, self._rng)
                     if delay is None:
@@ -105,7 +129,11 @@ class Dispatcher:
                     await self._sleep(delay)
                     continue
                 self._breaker.record(endpoint.id, True, self._clock())
+                if self.observer is not None:
+                    self.observer.attempt_committed(ctx, endpoint, self._clock())
                 return result
+        if not any(ep.is_ready() for ep in ordering.endpoints):
+            raise _restarting(ctx)  # they failed because they died: say so, as a retryable 503
         raise self._exhausted(ctx, last)
 
     def _exhausted(self, ctx: RequestContext, last: ProviderError | None) -> AllAttemptsFailed:
@@ -115,8 +143,13 @@ class Dispatcher:
         )
 
     async def _attempt(self, ctx: RequestContext, endpoint: Endpoint) -> Completed | Streaming:
+        if (n := fan_out_count(ctx, endpoint)) > 1:  # the endpoint ignores `n`: one request per choice
+            return await fan_out(ctx, endpoint, n, self._send)
+        return await self._send(ctx, endpoint, ctx.body_for(endpoint.id))
+
+    async def _send(self, ctx: RequestContext, endpoint: Endpoint, body: dict[str, Any]) -> Completed | Streaming:
         target, adapter = endpoint.target, endpoint.adapter
-        request = adapter.build_request(target, ctx.op, ctx.body, ctx.stream)
+        request = adapter.build_request(target, ctx.op, body, ctx.stream)
         begin = self._clock()
         try:
             response = await self._client.send(request, self._timeouts, endpoint.id)

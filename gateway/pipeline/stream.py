@@ -24,8 +24,11 @@ async def relay(
     on_failure: Callable[[ProviderError], None],
     on_finish: Callable[[RequestContext], None],
 ) -> AsyncIterator[bytes]:
+    parts = ctx.response_parts
     try:
         for payload in streaming.first:
+            if parts is not None:
+                parts.append(payload)
             yield b"data: " + payload + b"\n\n"
         if streaming.done:
             yield DONE
@@ -33,6 +36,8 @@ async def relay(
         async for chunk in streaming.rest:
             if chunk.usage is not None:
                 ctx.usage = chunk.usage
+            if parts is not None:
+                parts.extend(chunk.payloads)
             for payload in chunk.payloads:
                 yield b"data: " + payload + b"\n\n"
             if chunk.done:

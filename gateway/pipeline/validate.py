@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import InvalidRequest
+from gateway.routing import preferences
 from providers.base import Operation
 
 Body = dict[str, Any]
@@ -36,6 +37,8 @@ def parse_json(raw: bytes) -> Body:
 
 def validate(op: Operation, body: Body) -> Body:
     VALIDATORS[op](body)
+    if "provider" in body:
+        preferences.parse(body["provider"])  # routing preferences: a 400 naming the bad field
     return body
 
 

@@ -1,7 +1,9 @@
-"""Candidate ordering for dispatch: config order, minus endpoints the breaker or readiness rule out.
+"""What the route stage hands dispatch: the endpoints to try, in order, and whether it failed open.
 
-The routing issue replaces this with scored policies; the contract stays: a pure function of
-the candidates and a snapshot, returning the order to try and whether it failed open.
+`gateway.routing.router.Router.route` produces it from the scored policies (filters with reason
+codes, score terms, guards). `order_candidates` is the plain configuration-order ordering (minus
+what readiness or the breaker rules out, never silently empty): the `config_order` behaviour
+without the rest of the route stage, for callers that need no routing state.
 """
 
 from __future__ import annotations

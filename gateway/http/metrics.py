@@ -1,0 +1,24 @@
+"""Prometheus exposition at ``/metrics`` (the app's own registry)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway.errors import NotFound
+from gateway.http.errors import error_response
+from gateway.state import AppState
+
+# What `generate_latest` writes (our metric and label names are all legacy-valid).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+async def metrics(request: Request) -> Response:
+    state: AppState = request.state.gw
+    if state.metrics is None:
+        return error_response(NotFound("Metrics are disabled (metrics.enabled)."))
+    return Response(state.metrics.render(), media_type=CONTENT_TYPE)
+
+
+routes = [Route("/metrics", metrics, methods=["GET"])]

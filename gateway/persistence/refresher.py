@@ -1,0 +1,31 @@
+"""Pull the database's gateway keys and endpoint states into memory, so a key created or revoked
+with `gwctl keys`, or an endpoint demoted on another replica, takes effect here within
+`persistence.refresh_interval` seconds. The request path only ever reads the in-memory copies."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine
+
+from gateway.health_states import EndpointHealth, HealthStates
+from gateway.persistence.engine import Database
+from gateway.persistence.health import load_states
+from gateway.persistence.keys import KeySet, load_keys
+from gateway.pipeline.auth import Authenticator
+
+
+def _load(engine: Engine) -> tuple[KeySet, dict[str, EndpointHealth]]:
+    return load_keys(engine), load_states(engine)
+
+
+class Refresher:
+    def __init__(self, db: Database, auth: Authenticator, health: HealthStates) -> None:
+        self._db = db
+        self._auth = auth
+        self._health = health
+        self.rounds = 0
+
+    async def refresh(self) -> None:
+        keys, states = await self._db.run(_load)
+        self._auth.set_stored_keys(keys.active, any_defined=keys.any_defined)
+        self._health.apply(states)
+        self.rounds += 1

@@ -1,0 +1,113 @@
+"""`Persistence`: the database, the record queue and writer, and the periodic jobs, built for one
+app (no I/O at construction) and started and closed by its lifespan.
+
+Start-up never fails for want of a database: the gateway serves, records queue and spill, keys
+from config still work, and the first successful round loads the stored keys and syncs the catalog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+
+from gateway.catalog import Catalog
+from gateway.config import Settings
+from gateway.health_states import HealthStates, Transition
+from gateway.persistence.catalog import sync_catalog
+from gateway.persistence.engine import Database, safe_url
+from gateway.persistence.health import record_transition
+from gateway.persistence.periodic import Periodic
+from gateway.persistence.refresher import Refresher
+from gateway.persistence.requests import write_batch
+from gateway.persistence.retention import enforce
+from gateway.persistence.spill import SpillFile
+from gateway.persistence.stores import ProcessStore, ThreadStore
+from gateway.persistence.writer import RecordQueue, RecordWriter, WriterStats
+from gateway.pipeline.auth import Authenticator
+
+log = logging.getLogger("gateway.persistence")
+
+
+class Persistence:
+    def __init__(self, settings: Settings, *, wall: Callable[[], float] = time.time) -> None:
+        cfg = settings.persistence
+        self.settings = settings
+        self.wall = wall
+        self.db = Database.from_config(settings.database)
+        self.stats = WriterStats()
+        self.spill = SpillFile(cfg.spill_path, cfg.spill_max_bytes)
+        self.queue = RecordQueue(cfg.queue_size, cfg.batch_size, self.spill, self.stats, wall=wall)
+        store = (
+            ProcessStore(settings.database)
+            if cfg.writer == "process"
+            else ThreadStore(partial(write_batch, self.db.engine))
+        )
+        self.writer = RecordWriter(self.queue, self.spill, store, cfg, self.stats)
+        self._jobs: list[Periodic] = []
+        self._closing = threading.Event()  # stops a retention pass between batches
+        self._synced = False
+        self._catalog: Catalog | None = None
+        self._refresher: Refresher | None = None
+
+    @property
+    def capacity(self) -> int:
+        return self.settings.persistence.queue_size
+
+    async def start(self, catalog: Catalog, auth: Authenticator, health: HealthStates) -> None:
+        self._catalog = catalog
+        self._refresher = Refresher(self.db, auth, health)
+        try:
+            await self._refresh()
+        except Exception as exc:
+            log.warning(
+                "persistence: the database at %s is not answering (%s); serving anyway, records queue and spill",
+                safe_url(self.settings.database.url),
+                str(exc).strip().split("\n")[0],
+            )
+        self.writer.start()
+        cfg = self.settings.persistence
+        self._jobs = [
+            Periodic("refresh keys and endpoint states", cfg.refresh_interval, self._refresh),
+            Periodic("retention", self.settings.retention.interval, self.enforce_retention),
+        ]
+        for job in self._jobs:
+            job.start()
+
+    async def _refresh(self) -> None:
+        assert self._refresher is not None and self._catalog is not None
+        await self._refresher.refresh()
+        if not self._synced:
+            await self.db.run(sync_catalog, self.settings, self._catalog.endpoints, self.wall())
+            self._synced = True
+
+    async def enforce_retention(self) -> dict[str, int]:
+        deleted = await self.db.run(enforce, self.settings.retention, now=self.wall(), stop=self._closing.is_set)
+        if any(deleted.values()):
+            log.info("retention: deleted %s", ", ".join(f"{n} from {t}" for t, n in deleted.items() if n))
+        return deleted
+
+    async def record_transition(self, t: Transition, *, actor: str | None = None, action: str | None = None) -> bool:
+        """Store a health transition (and an operator's action); False when the database failed."""
+        try:
+            await self.db.run(record_transition, t, actor=actor, action=action)
+        except Exception as exc:
+            log.warning(
+                "persistence: could not store the %s -> %s transition of %s: %s",
+                t.from_state,
+                t.to_state,
+                t.endpoint_id,
+                exc,
+            )
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        self._closing.set()
+        for job in self._jobs:
+            await job.aclose()
+        await self.writer.aclose()
+        await asyncio.get_running_loop().run_in_executor(None, self.db.close)  # waits for queries in flight

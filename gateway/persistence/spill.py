@@ -1,0 +1,121 @@
+"""The spill file: request records that did not fit in the queue, one JSON line each, appended.
+
+Appends happen on the event loop (a buffered write, on the degraded path only). To replay, the
+writer rotates the file (``<path>.replay``) so new spills go to a fresh file while the old one is
+read in batches; the replay file is removed once every batch is in the database. The number of
+lines already replayed is kept beside it (``<path>.replay.done``), so a crash mid-replay resumes
+where it stopped instead of inserting twice.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from gateway.persistence.records import Stamped, decode_line, encode_line
+from gateway.pipeline.account import RequestRecord
+
+
+class SpillFull(Exception):
+    """The spill file reached its size limit."""
+
+
+class SpillFile:
+    def __init__(self, path: str | Path, max_bytes: int) -> None:
+        self.path = Path(path)
+        self.replay_path = self.path.with_name(self.path.name + ".replay")
+        self.done_path = self.path.with_name(self.path.name + ".replay.done")
+        self.max_bytes = max_bytes
+        self._file: BinaryIO | None = None
+        self._size = self.path.stat().st_size if self.path.exists() else 0
+        self._replay_size = self.replay_path.stat().st_size if self.replay_path.exists() else 0
+
+    @property
+    def size(self) -> int:
+        """Bytes on disk waiting to reach the database (the spill file and one being replayed)."""
+        return self._size + self._replay_size
+
+    def pending(self) -> bool:
+        return self._size > 0 or self.replay_path.exists()
+
+    def append(self, at: float, record: RequestRecord) -> None:
+        """Raises SpillFull past `max_bytes`, OSError when the file cannot be written."""
+        line = encode_line(at, record)
+        if self.size + len(line) > self.max_bytes:
+            raise SpillFull(f"spill file {self.path} is at its limit of {self.max_bytes} bytes")
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "ab")
+        self._file.write(line)
+        self._size += len(line)
+
+    def flush(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self._file = None
+
+    def rotate(self) -> bool:
+        """Move pending lines to the replay file (unless one is still being replayed)."""
+        if self.replay_path.exists():
+            return True
+        if self._size == 0:
+            return False
+        self.close()
+        os.replace(self.path, self.replay_path)
+        self.done_path.unlink(missing_ok=True)
+        self._replay_size, self._size = self._size, 0
+        return True
+
+    def replay_batches(self, batch_size: int) -> Iterator[tuple[list[Stamped], int]]:
+        """Yield (records, lines consumed so far) from the replay file, skipping lines already done.
+        Call `mark_done(lines)` after each batch is stored, `finish_replay()` at the end."""
+        done = int(self.done_path.read_text() or 0) if self.done_path.exists() else 0
+        batch: list[Stamped] = []
+        consumed = 0
+        with open(self.replay_path, "rb") as f:
+            for line in f:
+                consumed += 1
+                if consumed <= done or not line.strip():
+                    continue
+                try:
+                    batch.append(decode_line(line))
+                except (ValueError, TypeError, KeyError):  # a torn last line from a crash
+                    continue
+                if len(batch) >= batch_size:
+                    yield batch, consumed
+                    batch = []
+        if batch:
+            yield batch, consumed
+
+    def mark_done(self, lines: int) -> None:
+        tmp = self.done_path.with_name(self.done_path.name + ".tmp")
+        tmp.write_text(str(lines))
+        os.replace(tmp, self.done_path)
+
+    def finish_replay(self) -> None:
+        self.replay_path.unlink(missing_ok=True)
+        self.done_path.unlink(missing_ok=True)
+        self._replay_size = 0
+
+
+def replay_file(
+    write: Callable[[Sequence[Stamped]], Sequence[Stamped]], spill: SpillFile, batch_size: int
+) -> tuple[int, int]:
+    """Write a rotated spill file's records in batches, remembering progress after each batch;
+    returns (records written, records the database refused). Blocking: a thread or the worker."""
+    written = refused = 0
+    for batch, lines in spill.replay_batches(batch_size):
+        rejected = write(batch)
+        spill.mark_done(lines)
+        written += len(batch) - len(rejected)
+        refused += len(rejected)
+    spill.finish_replay()
+    return written, refused

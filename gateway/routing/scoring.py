@@ -1,0 +1,79 @@
+"""Score terms for one candidate: expected cost, TTFT (prefill + queueing), decode time, load and
+quality, in penalty seconds (`settings.Weights`). Pure: everything comes from the snapshot.
+
+    hit    = predicted cached tokens (affinity match x reliability, provider minimum and step)
+    u      = prompt tokens - hit                                   (tokens to prefill)
+    ttft   = a + b*u from the latency model (band mean, shrunk to the fit)
+    queue  = slot-limited (self-hosted) endpoints: the prefill admitted ahead of it, plus the
+             decodes ahead when no slot is free
+    work   = self-hosted endpoints: the prefill compute b*u, which every later request waits behind
+    cost   = (u*input + hit*cached_input + E[out]*output) / 1e6    (USD, weighted per cent)
+    decode = E[out] / decode rate
+    load   = in-flight / slots
+    score  = (ttft + queue + work + cost + decode + load) / quality**w   (quality: the excess)
+"""
+
+from __future__ import annotations
+
+from gateway.catalog import Endpoint
+from gateway.routing.affinity import predicted_hit
+from gateway.routing.decision import Scored
+from gateway.routing.features import RequestFeatures
+from gateway.routing.settings import Weights
+from gateway.routing.snapshot import Snapshot
+
+# Utilisation of an elastic (cloud) endpoint is in-flight / this.
+CLOUD_SLOTS = 64.0
+
+
+def score_candidate(ep: Endpoint, f: RequestFeatures, s: Snapshot, w: Weights) -> Scored:
+    prompt = f.prompt_tokens
+    eid = ep.id
+    static = s.static(ep)
+    blocks = s.match(eid, f.chain) if f.chain else 0
+    hit = predicted_hit(f.matched_tokens(blocks), s.reliability(eid), static.profile) if blocks else 0
+    uncached = prompt - hit
+    lat = s.latency(eid)
+    ttft = lat.ttft(uncached)
+    slots = static.slots
+    inflight = s.inflight(eid)
+    out = f.expected_output_tokens
+    decode_s = out / lat.decode_tps if out else 0.0
+    queue = 0.0
+    if slots is not None:
+        # Prefill work admitted ahead of this request, then a wait for a slot if none is free.
+        queue = s.pending_prefill(eid) * lat.b
+        if inflight >= slots:
+            queue += (inflight - slots + 1) * decode_s / slots
+    cost_usd = (uncached * static.price_in + hit * static.price_cached + out * static.price_out) / 1e6
+    t_ttft, t_queue = w.ttft * ttft, w.ttft * queue
+    # Self-hosted prefill is compute every later request waits behind: cache misses cost the pool.
+    t_work = w.work * lat.b * uncached if slots is not None else 0.0
+    t_cost, t_decode = w.cost * cost_usd * 100.0, w.decode * decode_s
+    t_load = w.load * inflight / (slots if slots is not None else CLOUD_SLOTS)
+    base = t_ttft + t_queue + t_work + t_cost + t_decode + t_load
+    quality = s.quality(eid) * static.quality
+    quality = max(quality, 1e-3)
+    total = base / quality**w.quality if w.quality and quality != 1.0 else base
+    return Scored(
+        ep,
+        total,
+        True,
+        t_ttft,
+        t_queue,
+        t_work,
+        t_cost,
+        t_decode,
+        t_load,
+        total - base,
+        0.0,
+        prompt,
+        blocks,
+        hit,
+        ttft + queue,
+        lat.b * uncached,
+        cost_usd,
+        lat.decode_tps,
+        inflight,
+        quality,
+    )

@@ -1,0 +1,108 @@
+"""The state that gateway replicas share, behind one small async interface.
+
+Two backends pass one contract suite (tests/gateway/state_store/test_contract.py): `memory`
+(the default: one process, or several `MemoryStore` users in one process in tests) and `redis`
+(replicas on several hosts). Every update is atomic on the store side (a Lua script or a single
+command: no read-modify-write of whole objects) and every key expires.
+
+Time: the store keeps its own clock (Redis: the server's TIME; memory: the injected clock), and
+durations cross the interface as relative seconds (a TTL, "open for 12.5 s"), so replicas never
+compare their clocks.
+
+What it holds:
+- sliding-window RPM/TPM counters (per key, per deployment): `rate_acquire` checks and counts
+  atomically, `rate_add` adjusts the token count afterwards, `rate_usage` reads;
+- breaker state per endpoint: "open for N s" and "blocked for N s" (upstream Retry-After);
+- in-flight work per replica and endpoint (a replica's report expires with it);
+- decaying latency statistics per endpoint (vectors of sums, merged by adding deltas);
+- the affinity log: chain insertions and truncations, replayed by the other replicas.
+
+Any backend failure raises `StoreUnavailable`; callers keep serving on local state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class StoreUnavailable(Exception):
+    """The store cannot be reached or failed; the message says why, in one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class RateResult:
+    allowed: bool
+    requests: int  # in the window, including this one when allowed
+    tokens: int
+    # Seconds until the window has room again (0 when allowed).
+    retry_after: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerShared:
+    open_for: float  # seconds the breaker stays open (0: not open)
+    blocked_for: float  # seconds the upstream asked us to wait (0: none)
+
+
+@dataclass(frozen=True, slots=True)
+class AffinityEntry:
+    """One change to an endpoint's index: insert a chain, or truncate the given blocks."""
+
+    replica: str
+    endpoint: str
+    op: str  # "insert" | "truncate"
+    blocks: tuple[int, ...]
+
+
+class StateStore(Protocol):
+    name: str
+
+    async def ping(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    # -- rate limits: sliding window of `window_s`, counted in buckets of `window_s / buckets`
+    async def rate_acquire(
+        self, key: str, *, rpm: int | None, tpm: int | None, tokens: int, window_s: float
+    ) -> RateResult: ...
+
+    async def rate_add(self, deltas: Mapping[str, tuple[int, int]], window_s: float) -> None:
+        """Add (requests, tokens) to each key's current bucket, unconditionally (may be negative)."""
+        ...
+
+    async def rate_usage(self, keys: Sequence[str], window_s: float) -> dict[str, tuple[int, int]]: ...
+
+    # -- breaker
+    async def breaker_publish(self, endpoint: str, *, open_for: float | None, blocked_for: float) -> None:
+        """open_for > 0 opens the breaker for so long, 0 closes it, None leaves it; blocked_for > 0
+        blocks the endpoint at least that long (a longer block stands)."""
+        ...
+
+    async def breaker_read(self, endpoints: Sequence[str]) -> dict[str, BreakerShared]: ...
+
+    # -- in-flight work
+    async def inflight_report(
+        self, replica: str, counts: Mapping[str, tuple[int, int]], ttl_s: float
+    ) -> None:
+        """This replica's (in-flight requests, pending prefill tokens) per endpoint; expires after ttl."""
+        ...
+
+    async def inflight_totals(self, exclude_replica: str) -> dict[str, tuple[int, int]]: ...
+
+    # -- latency statistics
+    async def latency_merge(self, deltas: Mapping[str, Mapping[str, float]], half_life_s: float) -> None: ...
+
+    async def latency_read(self, endpoints: Sequence[str], half_life_s: float) -> dict[str, dict[str, float]]: ...
+
+    # -- affinity log
+    async def affinity_publish(self, entries: Sequence[AffinityEntry]) -> None: ...
+
+    async def affinity_read(self, cursor: str | None, limit: int) -> tuple[list[AffinityEntry], str]:
+        """Entries after `cursor` (None: only what comes from now on), and the new cursor."""
+        ...
+
+
+def rate_key(kind: str, name: str) -> str:
+    return f"{kind}:{name}"

@@ -1,0 +1,416 @@
+"""The Redis backend: the same contract as `MemoryStore`, for replicas on several hosts.
+
+Atomicity: every update is one Lua script or one command, run on the server against the
+server's clock (``TIME``), so replicas never compare clocks and never read-modify-write a whole
+object. Every key has a TTL. Layout (prefix ``gw:`` by default)::
+
+    rl:<key>          hash  r:<bucket> / t:<bucket>       sliding-window requests / tokens
+    brk:open:<ep>     string with PX                      breaker open for the key's PTTL
+    brk:block:<ep>    string with PX                      upstream Retry-After
+    inflight          hash  <replica>\\x1f<ep> -> "n,prefill,expires_ms"
+    lat:<ep>          hash  <field> -> decayed sum, _t -> server time of the last decay
+    aff               stream  r=<replica> b=<packed batch of (endpoint, insert|truncate, uint64 blocks)>
+
+Connection errors and timeouts (`StateStoreConfig.timeout_s`, no client-side retries) become
+`StoreUnavailable`: the caller decides how to go on without the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from array import array
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+from redis.retry import Retry
+
+from gateway.state_store.base import (
+    AffinityEntry,
+    BreakerShared,
+    RateResult,
+    StoreUnavailable,
+)
+from gateway.state_store.window import BUCKETS
+
+SEP = "\x1f"
+LATENCY_TTL_MS = 86_400_000
+AFFINITY_TTL_MS = 86_400_000
+# Bounded: entries carry whole chains (8 bytes a block), and replicas only need the last seconds.
+AFFINITY_MAXLEN = 20_000
+
+_NOW = "local t = redis.call('TIME') local now = tonumber(t[1]) + tonumber(t[2]) / 1000000\n"
+
+# Shared by acquire and usage: read the live buckets, drop the expired ones.
+_BUCKETS = """
+local function live(key, cur, nb)
+  local data = redis.call('HGETALL', key)
+  local buckets, req, tok = {}, 0, 0
+  for i = 1, #data, 2 do
+    local f = data[i]
+    local idx = tonumber(string.sub(f, 3))
+    if idx <= cur - nb then
+      redis.call('HDEL', key, f)
+    else
+      local v = tonumber(data[i + 1])
+      local b = buckets[idx] or {0, 0}
+      if string.sub(f, 1, 1) == 'r' then b[1] = v; req = req + v else b[2] = v; tok = tok + v end
+      buckets[idx] = b
+    end
+  end
+  return buckets, req, tok
+end
+"""
+
+RATE_ACQUIRE = (
+    _NOW
+    + _BUCKETS
+    + """
+local window, nb = tonumber(ARGV[1]), tonumber(ARGV[2])
+local rpm, tpm, tokens = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local width = window / nb
+local cur = math.floor(now / width)
+local buckets, req, tok = live(KEYS[1], cur, nb)
+local function fits(r, t) return (rpm < 0 or r + 1 <= rpm) and (tpm < 0 or t + tokens <= tpm) end
+if fits(req, tok) then
+  redis.call('HINCRBY', KEYS[1], 'r:' .. cur, 1)
+  redis.call('HINCRBY', KEYS[1], 't:' .. cur, tokens)
+  redis.call('PEXPIRE', KEYS[1], math.ceil(window * 2000))
+  return {1, req + 1, tok + tokens, '0'}
+end
+local idxs = {}
+for k, _ in pairs(buckets) do table.insert(idxs, k) end
+table.sort(idxs)
+local r, t, wait = req, tok, window
+for _, k in ipairs(idxs) do
+  r = r - buckets[k][1]
+  t = t - buckets[k][2]
+  if fits(r, t) then wait = (k + nb) * width - now; break end
+end
+return {0, req, tok, string.format('%.6f', math.max(0, wait))}
+"""
+)
+
+RATE_ADD = (
+    _NOW
+    + """
+local window, nb = tonumber(ARGV[1]), tonumber(ARGV[2])
+local cur = math.floor(now / (window / nb))
+for i = 1, #KEYS do
+  local r, t = tonumber(ARGV[1 + 2 * i]), tonumber(ARGV[2 + 2 * i])
+  if r ~= 0 then redis.call('HINCRBY', KEYS[i], 'r:' .. cur, r) end
+  if t ~= 0 then redis.call('HINCRBY', KEYS[i], 't:' .. cur, t) end
+  redis.call('PEXPIRE', KEYS[i], math.ceil(window * 2000))
+end
+return 1
+"""
+)
+
+RATE_USAGE = (
+    _NOW
+    + _BUCKETS
+    + """
+local window, nb = tonumber(ARGV[1]), tonumber(ARGV[2])
+local cur = math.floor(now / (window / nb))
+local out = {}
+for i = 1, #KEYS do
+  local _, req, tok = live(KEYS[i], cur, nb)
+  table.insert(out, req)
+  table.insert(out, tok)
+end
+return out
+"""
+)
+
+# Extend a PX key only if the new expiry is later than the current one.
+EXTEND = """
+local cur = redis.call('PTTL', KEYS[1])
+if cur < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], '1', 'PX', ARGV[1]) end
+return 1
+"""
+
+INFLIGHT_REPORT = (
+    _NOW
+    + """
+local replica, ttl = ARGV[1], tonumber(ARGV[2])
+local expires = math.floor((now + ttl) * 1000)
+for i = 3, #ARGV, 3 do
+  redis.call('HSET', KEYS[1], replica .. '\\31' .. ARGV[i], ARGV[i + 1] .. ',' .. ARGV[i + 2] .. ',' .. expires)
+end
+redis.call('PEXPIRE', KEYS[1], math.ceil(ttl * 4000))
+return 1
+"""
+)
+
+INFLIGHT_TOTALS = (
+    _NOW
+    + """
+local exclude = ARGV[1]
+local ms = now * 1000
+local data = redis.call('HGETALL', KEYS[1])
+local totals = {}
+for i = 1, #data, 2 do
+  local field, value = data[i], data[i + 1]
+  local cut = string.find(field, '\\31', 1, true)
+  local replica, ep = string.sub(field, 1, cut - 1), string.sub(field, cut + 1)
+  local n, prefill, expires = string.match(value, '^(-?%d+),(-?%d+),(%d+)$')
+  if tonumber(expires) <= ms then
+    redis.call('HDEL', KEYS[1], field)
+  elseif replica ~= exclude then
+    local t = totals[ep] or {0, 0}
+    t[1] = t[1] + tonumber(n)
+    t[2] = t[2] + tonumber(prefill)
+    totals[ep] = t
+  end
+end
+local out = {}
+for ep, t in pairs(totals) do
+  table.insert(out, ep)
+  table.insert(out, t[1])
+  table.insert(out, t[2])
+end
+return out
+"""
+)
+
+LATENCY_MERGE = (
+    _NOW
+    + """
+local hl, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local pos = 3
+for k = 1, #KEYS do
+  local n = tonumber(ARGV[pos])
+  pos = pos + 1
+  local data = redis.call('HGETALL', KEYS[k])
+  local vals, t0 = {}, now
+  for i = 1, #data, 2 do
+    if data[i] == '_t' then t0 = tonumber(data[i + 1]) else vals[data[i]] = tonumber(data[i + 1]) end
+  end
+  local f = 1
+  if now > t0 then f = math.pow(0.5, (now - t0) / hl) end
+  for name, v in pairs(vals) do vals[name] = v * f end
+  for i = 1, n do
+    local name = ARGV[pos]
+    vals[name] = (vals[name] or 0) + tonumber(ARGV[pos + 1])
+    pos = pos + 2
+  end
+  local args = {'_t', string.format('%.6f', now)}
+  for name, v in pairs(vals) do
+    table.insert(args, name)
+    table.insert(args, string.format('%.17g', v))
+  end
+  redis.call('HSET', KEYS[k], unpack(args))
+  redis.call('PEXPIRE', KEYS[k], ttl)
+end
+return 1
+"""
+)
+
+
+# Every key's PTTL in one command (a pipeline of N PTTLs costs N commands' client-side packing).
+PTTLS = """
+local out = {}
+for i = 1, #KEYS do out[i] = redis.call('PTTL', KEYS[i]) end
+return out
+"""
+
+
+def _limit(value: int | None) -> int:
+    return -1 if value is None else value
+
+
+class RedisStore:
+    name = "redis"
+
+    def __init__(self, url: str, *, prefix: str = "gw:", timeout: float = 0.25, client: Redis | None = None) -> None:
+        self.url = url
+        self._p = prefix
+        self._timeout = timeout
+        self._r = client or Redis.from_url(
+            url,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+            retry_on_timeout=False,
+            health_check_interval=0,
+            decode_responses=False,
+        )
+        self._acquire = self._r.register_script(RATE_ACQUIRE)
+        self._add = self._r.register_script(RATE_ADD)
+        self._usage = self._r.register_script(RATE_USAGE)
+        self._extend = self._r.register_script(EXTEND)
+        self._report = self._r.register_script(INFLIGHT_REPORT)
+        self._totals = self._r.register_script(INFLIGHT_TOTALS)
+        self._merge = self._r.register_script(LATENCY_MERGE)
+        self._pttls = self._r.register_script(PTTLS)
+
+    async def _call(self, awaitable: Any) -> Any:
+        try:
+            async with asyncio.timeout(self._timeout * 4):
+                return await awaitable
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise StoreUnavailable(f"redis at {self.url}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")) from None
+
+    async def ping(self) -> None:
+        await self._call(self._r.ping())
+
+    async def aclose(self) -> None:
+        try:
+            await self._r.aclose()
+        except (RedisError, OSError):
+            pass
+
+    # -- rate limits ------------------------------------------------------------------
+
+    def _rk(self, key: str) -> str:
+        return f"{self._p}rl:{key}"
+
+    async def rate_acquire(self, key: str, *, rpm: int | None, tpm: int | None, tokens: int, window_s: float) -> RateResult:
+        out = await self._call(
+            self._acquire(keys=[self._rk(key)], args=[window_s, BUCKETS, _limit(rpm), _limit(tpm), tokens])
+        )
+        return RateResult(bool(out[0]), int(out[1]), int(out[2]), float(out[3]))
+
+    async def rate_add(self, deltas: Mapping[str, tuple[int, int]], window_s: float) -> None:
+        if not deltas:
+            return
+        args: list[Any] = [window_s, BUCKETS]
+        for requests, tokens in deltas.values():
+            args += [requests, tokens]
+        await self._call(self._add(keys=[self._rk(k) for k in deltas], args=args))
+
+    async def rate_usage(self, keys: Sequence[str], window_s: float) -> dict[str, tuple[int, int]]:
+        if not keys:
+            return {}
+        out = await self._call(self._usage(keys=[self._rk(k) for k in keys], args=[window_s, BUCKETS]))
+        return {k: (int(out[2 * i]), int(out[2 * i + 1])) for i, k in enumerate(keys)}
+
+    # -- breaker ----------------------------------------------------------------------
+
+    async def breaker_publish(self, endpoint: str, *, open_for: float | None, blocked_for: float) -> None:
+        key = f"{self._p}brk:open:{endpoint}"
+        if open_for is not None and open_for > 0:
+            await self._call(self._r.set(key, b"1", px=max(1, int(open_for * 1000))))
+        elif open_for is not None:
+            await self._call(self._r.delete(key))
+        if blocked_for > 0:
+            await self._call(self._extend(keys=[f"{self._p}brk:block:{endpoint}"], args=[max(1, int(blocked_for * 1000))]))
+
+    async def breaker_read(self, endpoints: Sequence[str]) -> dict[str, BreakerShared]:
+        if not endpoints:
+            return {}
+        keys = [k for e in endpoints for k in (f"{self._p}brk:open:{e}", f"{self._p}brk:block:{e}")]
+        ttls = await self._call(self._pttls(keys=keys))
+        out = {}
+        for i, endpoint in enumerate(endpoints):
+            open_ms, block_ms = max(0, int(ttls[2 * i])), max(0, int(ttls[2 * i + 1]))
+            if open_ms or block_ms:
+                out[endpoint] = BreakerShared(open_ms / 1000.0, block_ms / 1000.0)
+        return out
+
+    # -- in-flight --------------------------------------------------------------------
+
+    async def inflight_report(self, replica: str, counts: Mapping[str, tuple[int, int]], ttl_s: float) -> None:
+        args: list[Any] = [replica, ttl_s]
+        for endpoint, (n, prefill) in counts.items():
+            args += [endpoint, int(n), int(prefill)]
+        await self._call(self._report(keys=[f"{self._p}inflight"], args=args))
+
+    async def inflight_totals(self, exclude_replica: str) -> dict[str, tuple[int, int]]:
+        out = await self._call(self._totals(keys=[f"{self._p}inflight"], args=[exclude_replica]))
+        return {out[i].decode(): (int(out[i + 1]), int(out[i + 2])) for i in range(0, len(out), 3)}
+
+    # -- latency ----------------------------------------------------------------------
+
+    async def latency_merge(self, deltas: Mapping[str, Mapping[str, float]], half_life_s: float) -> None:
+        deltas = {k: v for k, v in deltas.items() if v}
+        if not deltas:
+            return
+        args: list[Any] = [half_life_s, LATENCY_TTL_MS]
+        for delta in deltas.values():
+            args.append(len(delta))
+            for name, value in delta.items():
+                args += [name, repr(float(value))]
+        await self._call(self._merge(keys=[f"{self._p}lat:{e}" for e in deltas], args=args))
+
+    async def latency_read(self, endpoints: Sequence[str], half_life_s: float) -> dict[str, dict[str, float]]:
+        if not endpoints:
+            return {}
+        pipe = self._r.pipeline(transaction=False)
+        pipe.time()
+        for endpoint in endpoints:
+            pipe.hgetall(f"{self._p}lat:{endpoint}")
+        replies = await self._call(pipe.execute())
+        seconds, micros = replies[0]
+        now = seconds + micros / 1e6
+        out = {}
+        for endpoint, raw in zip(endpoints, replies[1:]):
+            if not raw:
+                continue
+            fields = {k.decode(): float(v) for k, v in raw.items()}
+            age = now - fields.pop("_t", now)
+            factor = 0.5 ** (age / half_life_s) if age > 0 else 1.0
+            out[endpoint] = {k: v * factor for k, v in fields.items()}
+        return out
+
+    # -- affinity log -----------------------------------------------------------------
+
+    async def affinity_publish(self, entries: Sequence[AffinityEntry]) -> None:
+        if not entries:
+            return
+        # One stream entry per batch: a packed list of (endpoint, op, blocks).
+        key = f"{self._p}aff"
+        pipe = self._r.pipeline(transaction=False)
+        batches: list[list[AffinityEntry]] = []
+        for entry in entries:  # consecutive entries of one replica share a stream entry
+            if batches and batches[-1][0].replica == entry.replica:
+                batches[-1].append(entry)
+            else:
+                batches.append([entry])
+        for batch in batches:
+            pipe.xadd(key, {"r": batch[0].replica, "b": _pack(batch)}, maxlen=AFFINITY_MAXLEN, approximate=True)
+        pipe.pexpire(key, AFFINITY_TTL_MS)
+        await self._call(pipe.execute())
+
+    async def affinity_read(self, cursor: str | None, limit: int) -> tuple[list[AffinityEntry], str]:
+        key = f"{self._p}aff"
+        if cursor is None:
+            last = await self._call(self._r.xrevrange(key, count=1))
+            return [], last[0][0].decode() if last else "0-0"
+        rows = await self._call(self._r.xrange(key, min=f"({cursor}", max="+", count=limit))
+        out: list[AffinityEntry] = []
+        for entry_id, fields in rows:
+            out += _unpack(fields[b"r"].decode(), fields[b"b"])
+            cursor = entry_id.decode()
+        return out, cursor
+
+
+_HEAD = struct.Struct("<HBI")  # endpoint id length, op, block count
+_OPS = {"insert": 0, "truncate": 1}
+_OP_NAMES = {v: k for k, v in _OPS.items()}
+
+
+def _pack(entries: Sequence[AffinityEntry]) -> bytes:
+    parts = []
+    for entry in entries:
+        endpoint = entry.endpoint.encode()
+        parts += [_HEAD.pack(len(endpoint), _OPS[entry.op], len(entry.blocks)), endpoint, array("Q", entry.blocks).tobytes()]
+    return b"".join(parts)
+
+
+def _unpack(replica: str, blob: bytes) -> list[AffinityEntry]:
+    out = []
+    offset = 0
+    while offset < len(blob):
+        size, op, count = _HEAD.unpack_from(blob, offset)
+        offset += _HEAD.size
+        endpoint = blob[offset : offset + size].decode()
+        offset += size
+        blocks = array("Q")
+        blocks.frombytes(blob[offset : offset + 8 * count])
+        offset += 8 * count
+        out.append(AffinityEntry(replica, endpoint, _OP_NAMES[op], tuple(blocks)))
+    return out

@@ -1,0 +1,73 @@
+"""The spill file: append with a size limit, rotate, replay in batches, resume after a crash."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.persistence.records import decode_line, encode_line
+from gateway.persistence.spill import SpillFile, SpillFull
+from tests.gateway.persistence.factories import record
+
+
+def test_lines_round_trip() -> None:
+    r = record("req_1", ttft=0.5)
+    r.request_body = {"messages": []}
+    r.response_body = b"{}"
+    at, back = decode_line(encode_line(123.5, r))
+    assert at == 123.5
+    assert back.request_id == "req_1" and back.ttft_s == 0.5 and back.cost_usd == r.cost_usd
+    assert back.request_body == '{"messages":[]}' and back.response_body == "{}"
+
+
+def test_append_rotate_replay(tmp_path: Path) -> None:
+    spill = SpillFile(tmp_path / "spill.jsonl", max_bytes=1 << 20)
+    assert not spill.pending() and not spill.rotate()
+    for i in range(5):
+        spill.append(float(i), record(f"r{i}"))
+    assert spill.pending() and spill.size > 0
+    assert spill.rotate()
+    spill.append(9.0, record("after"))  # new spills go to a fresh file during replay
+
+    batches = list(spill.replay_batches(2))
+    assert [[r.request_id for _, r in b] for b, _ in batches] == [["r0", "r1"], ["r2", "r3"], ["r4"]]
+    assert [lines for _, lines in batches] == [2, 4, 5]
+    spill.finish_replay()
+    assert not spill.replay_path.exists()
+    assert spill.pending()  # "after" is still waiting
+    spill.close()
+
+
+def test_replay_resumes_after_a_crash(tmp_path: Path) -> None:
+    spill = SpillFile(tmp_path / "spill.jsonl", max_bytes=1 << 20)
+    for i in range(5):
+        spill.append(float(i), record(f"r{i}"))
+    spill.rotate()
+    (first, lines), *_ = spill.replay_batches(2)
+    spill.mark_done(lines)  # stored, then the process died
+
+    again = SpillFile(tmp_path / "spill.jsonl", max_bytes=1 << 20)
+    assert again.pending() and again.rotate()  # the unfinished replay file comes first
+    assert [r.request_id for b, _ in again.replay_batches(10) for _, r in b] == ["r2", "r3", "r4"]
+
+
+def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:
+    spill = SpillFile(tmp_path / "spill.jsonl", max_bytes=1 << 20)
+    spill.append(1.0, record("ok"))
+    spill.close()
+    with open(tmp_path / "spill.jsonl", "ab") as f:
+        f.write(b'{"request_id": "torn", "at"')
+    again = SpillFile(tmp_path / "spill.jsonl", max_bytes=1 << 20)
+    again.rotate()
+    assert [r.request_id for b, _ in again.replay_batches(10) for _, r in b] == ["ok"]
+
+
+def test_size_limit(tmp_path: Path) -> None:
+    one = len(encode_line(1.0, record("r")))
+    spill = SpillFile(tmp_path / "spill.jsonl", max_bytes=2 * one)
+    spill.append(1.0, record("r"))
+    spill.append(1.0, record("r"))
+    with pytest.raises(SpillFull):
+        spill.append(1.0, record("r"))
+    spill.close()

@@ -1,0 +1,89 @@
+"""The persistence worker process behind `ProcessStore` (SQLite and PostgreSQL): writes, refused
+records by index, database errors as `StoreError`, a dead worker replaced, spill replay."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, select
+
+from gateway.config import DatabaseConfig
+from gateway.persistence.models import request_log
+from gateway.persistence.spill import SpillFile
+from gateway.persistence.stores import ProcessStore, StoreError
+from tests.gateway.persistence.factories import record
+
+
+def url_of(engine: Engine) -> str:
+    return engine.url.render_as_string(hide_password=False)
+
+
+@pytest.fixture
+async def store(engine: Engine) -> AsyncIterator[ProcessStore]:
+    s = ProcessStore(DatabaseConfig(url=url_of(engine)))
+    try:
+        yield s
+    finally:
+        await s.aclose()
+
+
+def stored(engine: Engine) -> list[str]:
+    with engine.connect() as conn:
+        return sorted(conn.execute(select(request_log.c.request_id)).scalars())
+
+
+async def test_write_and_refused_records(store: ProcessStore, engine: Engine) -> None:
+    bad = record("bad")
+    bad.attempts = None  # type: ignore[assignment]
+    ok = record("ok", ttft=0.5)
+    ok.request_body = {"messages": [{"role": "user", "content": "hi"}]}
+    ok.response_body = b'{"id": "x"}'
+    batch = [(time.time(), record("a")), (time.time(), bad), (time.time(), ok)]
+    rejected = await store.write(batch)
+    assert [r.request_id for _, r in rejected] == ["bad"]
+    assert stored(engine) == ["a", "ok"]
+    with engine.connect() as conn:
+        row = conn.execute(select(request_log).where(request_log.c.request_id == "ok")).mappings().one()
+    assert row["ttft_ms"] == 500.0 and row["response_body"] == '{"id": "x"}' and '"content":"hi"' in row["request_body"]
+
+
+async def test_replay_through_the_worker(store: ProcessStore, engine: Engine, tmp_path: Path) -> None:
+    spill = SpillFile(tmp_path / "spill.jsonl", max_bytes=1 << 20)
+    for i in range(7):
+        spill.append(time.time(), record(f"s{i}"))
+    spill.rotate()
+    assert await store.replay(spill, 3) == (7, 0)
+    assert not spill.replay_path.exists()
+    assert stored(engine) == [f"s{i}" for i in range(7)]
+
+
+async def test_a_dead_worker_is_replaced(store: ProcessStore, engine: Engine) -> None:
+    await store.write([(time.time(), record("first"))])
+    proc = store._proc  # noqa: SLF001 - the test kills it
+    assert proc is not None
+    proc.kill()
+    await proc.wait()
+    await store.write([(time.time(), record("second"))])  # found dead before the call: a new one
+    assert store._proc is not proc  # noqa: SLF001
+
+    proc = store._proc  # noqa: SLF001
+    assert proc is not None
+    proc.kill()  # dies under the next call (not reaped yet, so it looks alive)
+    with pytest.raises(StoreError, match="worker stopped"):
+        await store.write([(time.time(), record("lost-call"))])
+    await store.write([(time.time(), record("third"))])
+    assert stored(engine) == ["first", "second", "third"]
+
+
+async def test_database_errors_come_back_as_store_errors(tmp_path: Path) -> None:
+    store = ProcessStore(DatabaseConfig(url="postgresql://postgres@127.0.0.1:1/none", connect_timeout=1))
+    try:
+        for _ in range(2):  # the worker survives the error and answers again
+            with pytest.raises(StoreError, match="OperationalError"):
+                await store.write([(time.time(), record("x"))])
+    finally:
+        await store.aclose()
+    assert store._proc is None  # noqa: SLF001

@@ -1,0 +1,190 @@
+"""The record queue and the background writer, over a fake `write` (no database): batching,
+retry with backoff, spill past the queue's bound, drops past the spill file's bound (counted),
+replay when the store answers again, flush at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from gateway.config import PersistenceConfig
+from gateway.persistence.records import Stamped, encode_line
+from gateway.persistence.spill import SpillFile
+from gateway.persistence.stores import ThreadStore
+from gateway.persistence.writer import RecordQueue, RecordWriter, WriterStats
+from tests.gateway.persistence.factories import record
+
+
+class Store:
+    """A fake database: keeps what it is given, fails while `down`."""
+
+    def __init__(self) -> None:
+        self.rows: list[str] = []
+        self.batches: list[int] = []
+        self.down = False
+
+    def write(self, batch: Sequence[Stamped]) -> list[Stamped]:
+        if self.down:
+            raise ConnectionError("database is down")
+        self.batches.append(len(batch))
+        rejected = [item for item in batch if item[1].request_id.startswith("bad")]
+        self.rows.extend(r.request_id for _, r in batch if not r.request_id.startswith("bad"))
+        return rejected
+
+
+def build(
+    tmp_path: Path, store: Store, **overrides: object
+) -> tuple[RecordQueue, RecordWriter, WriterStats, SpillFile]:
+    options: dict[str, object] = {
+        "queue_size": 100,
+        "batch_size": 10,
+        "flush_interval": 0.02,
+        "retry_initial": 0.01,
+        "retry_max": 0.02,
+        "spill_path": str(tmp_path / "spill.jsonl"),
+        "shutdown_timeout": 2.0,
+    }
+    options.update(overrides)
+    config = PersistenceConfig(**options)  # type: ignore[arg-type]
+    stats = WriterStats()
+    spill = SpillFile(config.spill_path, config.spill_max_bytes)
+    queue = RecordQueue(config.queue_size, config.batch_size, spill, stats, wall=lambda: 1000.0)
+    return queue, RecordWriter(queue, spill, ThreadStore(store.write), config, stats), stats, spill
+
+
+async def until(predicate: object, timeout: float = 3.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():  # type: ignore[operator]
+            await asyncio.sleep(0.005)
+
+
+async def test_full_batches_and_the_flush_interval(tmp_path: Path) -> None:
+    store = Store()
+    queue, writer, stats, _ = build(tmp_path, store, flush_interval=0.05)
+    writer.start()
+    for i in range(25):
+        queue.submit(record(f"r{i}"))
+    await until(lambda: len(store.rows) == 25)
+    assert store.batches[:2] == [10, 10]  # full batches, then the rest on the interval
+    assert stats.written == 25 and len(queue) == 0
+    await writer.aclose()
+
+
+async def test_submit_never_blocks_and_stamps_the_time(tmp_path: Path) -> None:
+    store = Store()
+    queue, _, _, _ = build(tmp_path, store)
+    queue.submit(record("r"))
+    ((at, r),) = queue.take(5)
+    assert at == 1000.0 and r.request_id == "r"
+
+
+async def test_database_down_then_back_loses_nothing(tmp_path: Path) -> None:
+    store = Store()
+    store.down = True
+    queue, writer, stats, spill = build(tmp_path, store, queue_size=20)
+    writer.start()
+    for i in range(50):  # 20 wait in the queue, 30 spill
+        queue.submit(record(f"r{i}"))
+        await asyncio.sleep(0)
+    await until(lambda: stats.write_errors >= 2)
+    assert not stats.db_up
+    assert len(queue) == 20 and stats.spilled == 30 and spill.pending() and spill.size > 0
+    assert stats.dropped == 0
+
+    store.down = False
+    await until(lambda: stats.written + stats.replayed == 50 and not spill.pending())
+    assert sorted(store.rows, key=lambda s: int(s[1:])) == [f"r{i}" for i in range(50)]
+    assert stats.replayed == 30 and stats.db_up and not spill.pending()
+    await writer.aclose()
+
+
+async def test_overflow_past_every_bound_is_counted_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Store()
+    store.down = True
+    one_line = len(encode_line(1000.0, record("r00")))
+    queue, writer, stats, _ = build(tmp_path, store, queue_size=5, spill_max_bytes=3 * one_line)
+    with caplog.at_level(logging.ERROR, logger="gateway.persistence"):
+        for i in range(20):
+            queue.submit(record(f"r{i:02d}"))
+    assert (len(queue), stats.spilled, stats.dropped) == (5, 3, 12)
+    assert "dropped 1 request record(s)" in caplog.text  # logged (then rate-limited)
+    await writer.aclose()
+
+
+async def test_shutdown_flushes_what_is_queued(tmp_path: Path) -> None:
+    store = Store()
+    queue, writer, stats, _ = build(tmp_path, store, flush_interval=60.0, batch_size=1000)
+    writer.start()
+    for i in range(7):
+        queue.submit(record(f"r{i}"))
+    await asyncio.sleep(0.01)
+    assert store.rows == []  # neither a full batch nor the interval yet
+    await writer.aclose()
+    assert len(store.rows) == 7 and stats.written == 7
+
+
+async def test_shutdown_with_the_database_down_spills_the_queue(tmp_path: Path) -> None:
+    store = Store()
+    store.down = True
+    queue, writer, stats, spill = build(tmp_path, store)
+    writer.start()
+    for i in range(7):
+        queue.submit(record(f"r{i}"))
+    await writer.aclose()
+    assert store.rows == [] and len(queue) == 0 and stats.spilled == 7
+
+    # The next process replays them.
+    store.down = False
+    queue2, writer2, stats2, _ = build(tmp_path, store)
+    writer2.start()
+    await until(lambda: stats2.replayed == 7)
+    assert len(store.rows) == 7
+    await writer2.aclose()
+
+
+async def test_a_failed_batch_goes_back_to_the_front(tmp_path: Path) -> None:
+    store = Store()
+    queue, _, stats, spill = build(tmp_path, store, queue_size=8)
+    for i in range(8):
+        queue.submit(record(f"r{i}"))
+    batch = queue.take(5)
+    queue.submit(record("late1"))
+    queue.submit(record("late2"))
+    queue.put_back(batch)  # room for three: r3 and r4 spill
+    assert [r.request_id for _, r in queue.take(100)] == ["r0", "r1", "r2", "r5", "r6", "r7", "late1", "late2"]
+    assert stats.spilled == 2
+    spill.rotate()
+    assert [r.request_id for b, _ in spill.replay_batches(10) for _, r in b] == ["r3", "r4"]
+
+
+async def test_records_the_database_refuses_are_counted_not_retried(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Store()
+    queue, writer, stats, _ = build(tmp_path, store)
+    writer.start()
+    with caplog.at_level(logging.ERROR, logger="gateway.persistence"):
+        for name in ("ok1", "bad1", "ok2"):
+            queue.submit(record(name))
+        await until(lambda: stats.written + stats.rejected == 3)
+    assert (stats.written, stats.rejected, stats.write_errors) == (2, 1, 0)
+    assert store.rows == ["ok1", "ok2"] and "refused 1 request record(s) as data, e.g. bad1" in caplog.text
+    await writer.aclose()
+
+
+async def test_a_refused_record_in_a_replay_is_counted_once(tmp_path: Path) -> None:
+    store = Store()
+    _, writer, stats, spill = build(tmp_path, store)
+    for name in ("ok1", "bad1", "ok2"):
+        spill.append(1000.0, record(name))
+    writer.start()
+    await until(lambda: not spill.pending() and stats.replayed == 2)
+    assert (stats.written, stats.replayed, stats.rejected) == (0, 2, 1)
+    assert store.rows == ["ok1", "ok2"]
+    await writer.aclose()
