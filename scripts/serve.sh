@@ -4,4 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
-exec .venv/bin/gwctl serve --config "${GW_CONFIG:-deploy/config/local.yaml}" "$@"
+config="${GW_CONFIG:-deploy/config/local.yaml}"
+.venv/bin/gwctl db upgrade --config "$config"
+exec .venv/bin/gwctl serve --config "$config" "$@"

@@ -45,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
+    # The engines' health checks would log every poll at INFO.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     return _run_loop(serve(settings))
 
 
