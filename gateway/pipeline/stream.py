@@ -16,6 +16,10 @@ from gateway.pipeline.dispatch import Streaming
 DONE = b"data: [DONE]\n\n"
 
 
+def _events(payloads: list[bytes]) -> bytes:
+    return b"".join([b"data: " + p + b"\n\n" for p in payloads])
+
+
 async def relay(
     ctx: RequestContext,
     streaming: Streaming,
@@ -26,23 +30,25 @@ async def relay(
 ) -> AsyncIterator[bytes]:
     parts = ctx.response_parts
     try:
-        for payload in streaming.first:
-            if parts is not None:
-                parts.append(payload)
-            yield b"data: " + payload + b"\n\n"
+        if parts is not None:
+            parts.extend(streaming.first)
+        first = _events(streaming.first)
         if streaming.done:
-            yield DONE
+            yield first + DONE
             return
+        if first:
+            yield first
         async for chunk in streaming.rest:
             if chunk.usage is not None:
                 ctx.usage = chunk.usage
             if parts is not None:
                 parts.extend(chunk.payloads)
-            for payload in chunk.payloads:
-                yield b"data: " + payload + b"\n\n"
+            out = _events(chunk.payloads)
             if chunk.done:
-                yield DONE
+                yield out + DONE
                 return
+            if out:
+                yield out
         raise ProviderStreamError(
             f"upstream {streaming.endpoint.id} closed the stream before it finished", endpoint=streaming.endpoint.id
         )

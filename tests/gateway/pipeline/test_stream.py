@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import orjson
+import pytest
 
 from gateway.errors import GatewayError, ProviderError, ProviderStreamError, ProviderTimeout
 from gateway.http.errors import error_event
@@ -66,7 +67,8 @@ async def test_clean_stream_ends_with_done() -> None:
 
     out = await run(s, rec, ctx)
 
-    assert out == [b'data: {"n":1}\n\n', b'data: {"n":2}\n\n', b'data: {"n":3}\n\n', DONE]
+    # Events that arrived in one upstream read leave in one write.
+    assert out == [b'data: {"n":1}\n\n', b'data: {"n":2}\n\ndata: {"n":3}\n\n', DONE]
     assert ctx.usage == Usage(1, 2, 0)
     assert rec.failures == [] and rec.finished == [ctx]
     assert ctx.status == 200
@@ -76,7 +78,7 @@ async def test_clean_stream_ends_with_done() -> None:
 async def test_done_already_in_the_first_events() -> None:
     rec, ctx = Recorder(), context()
     s, _ = streaming([b'{"n":1}'], [], True, rec)
-    assert await run(s, rec, ctx) == [b'data: {"n":1}\n\n', DONE]
+    assert await run(s, rec, ctx) == [b'data: {"n":1}\n\n' + DONE]
 
 
 async def test_upstream_closing_without_done_is_an_error_event() -> None:
@@ -127,3 +129,23 @@ def test_error_event_shape() -> None:
     event = error_event(GatewayError("boom", code="x"))
     assert event.startswith(b"data: ") and event.endswith(b"\n\n")
     assert orjson.loads(event[6:]) == {"error": {"message": "boom", "type": "api_error", "param": None, "code": "x"}}
+
+
+async def test_parse_stream_merges_one_read_and_keeps_events_before_a_failure() -> None:
+    from gateway.pipeline.dispatch import parse_stream
+    from providers.base import Target
+    from providers.http_mock import _Bound
+    from providers.openai_compat import OpenAIStreamTranslator
+
+    target = Target(endpoint_id="ep", base_url="http://x", upstream_model="up", public_model="pub")
+    one_read = b'data: {"n":1}\n\ndata: {"n":2}\n\n'
+    second_read = b'data: {"n":3}\n\ndata: {"error":{"message":"boom"}}\n\ndata: {"n":4}\n\n'
+    response = _Bound(MockResponse(chunks=[one_read, second_read]))
+    chunks = parse_stream(response, OpenAIStreamTranslator(target, strip_usage=False))
+
+    first = await chunks.__anext__()
+    assert first.payloads == [b'{"n":1}', b'{"n":2}']
+    before_failure = await chunks.__anext__()
+    assert before_failure.payloads == [b'{"n":3}']
+    with pytest.raises(ProviderStreamError, match="boom"):
+        await chunks.__anext__()
