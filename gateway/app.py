@@ -21,7 +21,6 @@ from gateway.http import metrics as metrics_route
 from gateway.http.errors import method_not_allowed, not_found, server_error
 from gateway.http.middleware import RequestIdMiddleware
 from gateway.metrics import build_metrics
-from gateway.persistence.runtime import Persistence
 from gateway.pipeline.account import Accountant
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.dispatch import Dispatcher
@@ -55,7 +54,11 @@ def build_state(
     prices = {ep.id: ep.deployment.price for ep in catalog.endpoints}
     dispatcher = Dispatcher(client, breaker, settings.retry, timeouts_from(settings), clock=clock, rng=rng or random.Random())
     health_states = HealthStates()
-    persistence = Persistence(settings) if settings.persistence.enabled else None
+    persistence = None
+    if settings.persistence.enabled:
+        from gateway.persistence.runtime import Persistence  # keeps SQLAlchemy out of start-up when off
+
+        persistence = Persistence(settings)
     metrics = build_metrics(catalog, breaker, health_states, clock, persistence) if settings.metrics.enabled else None
     sinks = tuple(s for s in (metrics.sink if metrics else None, persistence.queue if persistence else None) if s is not None)
     keep_bodies = settings.persistence.enabled and settings.persistence.store_bodies

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,7 +13,9 @@ from gateway.catalog import Catalog
 from gateway.config import Settings
 from gateway.health_states import HealthStates
 from gateway.metrics import GatewayMetrics
-from gateway.persistence.runtime import Persistence
+
+if TYPE_CHECKING:  # imported lazily: SQLAlchemy only loads when persistence is on
+    from gateway.persistence.runtime import Persistence
 from gateway.pipeline.account import Accountant
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.dispatch import Dispatcher

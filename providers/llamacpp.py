@@ -68,9 +68,6 @@ class LlamaCppAdapter(OpenAICompatAdapter):
             return ProviderRejected(message, endpoint=target.endpoint_id, upstream_status=status)
         return map_http_error(target.endpoint_id, status, headers, orjson.dumps({"error": {"message": message}}))
 
-    def stream_translator(self, target: Target, op: Operation, body: dict[str, Any]) -> OpenAIStreamTranslator:
-        wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return LlamaCppStreamTranslator(target, strip_usage=self.force_stream_usage and not wants_usage)
 
 
 def _required_tool(target: Target, tools: list[Any]) -> dict[str, Any]:
@@ -154,3 +151,6 @@ class LlamaCppStreamTranslator(OpenAIStreamTranslator):
 
 # Delta keys OpenAI omits rather than sending as null (the engine sends all of them on every chunk).
 _NULL_DELTA_KEYS = ("role", "function_call", "tool_calls")
+
+
+LlamaCppAdapter.translator_class = LlamaCppStreamTranslator

@@ -34,6 +34,7 @@ GATEWAY_ONLY_FIELDS = ("provider",)
 class OpenAICompatAdapter:
     # Ask for usage on every stream, so accounting works even when the client did not.
     force_stream_usage = True
+    translator_class: type[OpenAIStreamTranslator]
 
     def build_request(self, target: Target, op: Operation, body: dict[str, Any], stream: bool) -> UpstreamRequest:
         payload = self.upstream_body(target, op, body, stream)
@@ -79,7 +80,7 @@ class OpenAICompatAdapter:
 
     def stream_translator(self, target: Target, op: Operation, body: dict[str, Any]) -> OpenAIStreamTranslator:
         wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return OpenAIStreamTranslator(target, strip_usage=self.force_stream_usage and not wants_usage)
+        return self.translator_class(target, strip_usage=self.force_stream_usage and not wants_usage)
 
     def map_error(self, target: Target, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
         return map_http_error(target.endpoint_id, status, headers, body)
@@ -188,3 +189,7 @@ def _error_message(obj: Any) -> str:
         if isinstance(err, str):
             return err[:500]
     return orjson.dumps(obj).decode()[:300]
+
+
+# Engines with deviating chunks subclass the translator and point their adapter at it.
+OpenAICompatAdapter.translator_class = OpenAIStreamTranslator
