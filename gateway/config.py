@@ -25,6 +25,7 @@ from pydantic_settings import (
 
 from gateway.errors import ConfigError
 from gateway.routing.settings import DeploymentRouting, RoutingConfig, StateStoreConfig
+from probes.settings import ProbeSettings
 
 Mode = Literal["chat", "completions", "embeddings"]
 
@@ -284,6 +285,7 @@ class Settings(BaseSettings):
     persistence: PersistenceConfig = PersistenceConfig()
     retention: RetentionConfig = RetentionConfig()
     metrics: MetricsConfig = MetricsConfig()
+    probes: ProbeSettings = ProbeSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -4,26 +4,15 @@ spent, verdict). The probe scheduler writes them; the admin API reads them."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Engine, insert, select, update
 
 from gateway.persistence.models import probe_results, probe_runs
 from gateway.persistence.types import utc
+from probes.base import ProbeResult
 
-
-@dataclass(frozen=True, slots=True)
-class ProbeResult:
-    probe: str
-    verdict: str  # pass | fail | inconclusive | error
-    samples: int
-    statistic: float | None = None
-    p_value: float | None = None
-    e_value: float | None = None
-    reference_samples: int | None = None
-    tokens_spent: int = 0
-    details: Mapping[str, Any] | None = field(default=None)
+__all__ = ["ProbeResult", "add_results", "finish_run", "get_run", "list_runs", "start_run"]
 
 
 def start_run(engine: Engine, endpoint_id: str, suite: str, *, at: float, trigger: str = "schedule") -> int:

@@ -1,0 +1,95 @@
+"""The `probes:` section of the config: schedules, budgets, sample sizes, thresholds and the
+health state machine's minimum times. Starting points come from research/probes.md section 2."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class DriftSettings(_Frozen):
+    """Logprob drift: one-token T=0 requests with top logprobs, a window of `requests` per prompt."""
+
+    prompts: tuple[str, ...] = ("x", "Qz", "the 7", "reply in one token. 1+1=")
+    requests: int = Field(10, ge=2)
+    top_logprobs: int = Field(20, ge=1, le=20)  # capped by the deployment's max_top_logprobs
+    alpha: float = Field(0.05, gt=0, lt=1)
+    permutations: int = Field(1000, ge=50)
+
+
+class DistributionSettings(_Frozen):
+    """MMD with a Hamming kernel over sampled completions, stratified by prompt."""
+
+    prompts: int = Field(25, ge=1)
+    samples_per_prompt: int = Field(10, ge=2)
+    max_tokens: int = Field(50, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    max_chars: int = Field(1000, ge=1)
+    alpha: float = Field(0.01, gt=0, lt=1)
+    permutations: int = Field(1000, ge=50)
+
+
+class FidelitySettings(_Frozen):
+    """Sampled one-token continuations vs the distribution the endpoint's own logprobs imply."""
+
+    prompt: str = "x"
+    samples: int = Field(200, ge=10)
+    temperature: float = Field(1.0, gt=0)
+    top_logprobs: int = Field(20, ge=1, le=20)
+    alpha: float = Field(0.01, gt=0, lt=1)
+
+
+class HealthSettings(_Frozen):
+    """Evidence thresholds and minimum times of HEALTHY -> SUSPECT -> DEMOTED -> PROBATION -> HEALTHY."""
+
+    # A monitoring window's e-value: e = low + high * 1{p <= alpha} (mean 1 under H0 when
+    # low + high * alpha == 1), accumulated e-CUSUM style: M = e * max(1, M).
+    window_e_low: float = Field(0.5, ge=0)
+    window_e_high: float = Field(10.0, gt=0)
+    suspect_e: float = Field(20.0, gt=1)
+    demote_e: float = Field(720.0, gt=1)
+    confirm_alpha: float = Field(0.01, gt=0, lt=1)
+    # Routing weight (the quality score routing multiplies in) while suspect and on probation.
+    suspect_weight: float = Field(0.5, gt=0, le=1)
+    probation_weight: float = Field(0.1, gt=0, le=1)
+    demoted_min_seconds: float = Field(86_400.0, ge=0)
+    probation_seconds: float = Field(86_400.0, ge=0)
+    clean_windows: int = Field(3, ge=0)
+    # Bernoulli CUSUM on passive tool-call error rates (rates per call).
+    tool_error_baseline: float = Field(0.002, gt=0, lt=1)
+    tool_error_alarm: float = Field(0.05, gt=0, lt=1)
+    tool_cusum_h: float = Field(5.0, gt=0)
+
+
+class ProbeSettings(_Frozen):
+    # Run the scheduler inside the gateway's lifespan (or run `gwctl worker` instead).
+    enabled: bool = False
+    # Seconds between scheduled runs, per probe; a probe missing here is never scheduled.
+    intervals: dict[str, float] = Field(
+        default_factory=lambda: {
+            "logprob_drift": 3600.0,
+            "distribution": 86_400.0,
+            "fidelity": 86_400.0,
+            "toolcalls": 86_400.0,
+            "sentinels": 86_400.0,
+            "agent": 604_800.0,
+        }
+    )
+    jitter: float = Field(0.1, ge=0, le=1)  # a fraction of each interval
+    # Demoted endpoints are probed this many times less often.
+    demoted_slowdown: float = Field(4.0, ge=1)
+    lease_seconds: float = Field(900.0, gt=0)
+    # Model name -> endpoint id of the reference for that model (default: a local engine
+    # endpoint serving the same model, when there is one).
+    references: dict[str, str] = Field(default_factory=dict)
+    budget_requests_per_day: int = Field(5000, ge=0)
+    budget_tokens_per_day: int = Field(500_000, ge=0)
+    request_timeout: float = Field(120.0, gt=0)
+    seed: int | None = None
+    drift: DriftSettings = DriftSettings()
+    distribution: DistributionSettings = DistributionSettings()
+    fidelity: FidelitySettings = FidelitySettings()
+    health: HealthSettings = HealthSettings()
