@@ -122,6 +122,8 @@ async def _serve_gateway(settings: Settings, supervisors: list[Any]) -> int:
         access_log=False,
         log_level=settings.server.log_level,
         timeout_graceful_shutdown=10,
+        proxy_headers=bool(settings.server.forwarded_allow_ips),
+        forwarded_allow_ips=list(settings.server.forwarded_allow_ips) or None,
     )
     server = uvicorn.Server(config)
     # uvicorn re-raises SIGINT/SIGTERM after its graceful shutdown, with the handlers it found

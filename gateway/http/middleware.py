@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -35,7 +35,7 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send)
             return
         started = self._clock()
-        request_id = _incoming_id(scope) or f"req_{uuid.uuid4().hex}"
+        request_id = _incoming_id(scope) or f"req_{os.urandom(16).hex()}"
         scope["gateway.request_id"] = request_id
 
         async def send_with_id(message: Message) -> None:

@@ -5,84 +5,160 @@ authenticate -> read + validate -> resolve -> route -> dispatch -> respond/strea
 
 from __future__ import annotations
 
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
+import asyncio
 
 import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from gateway.errors import GatewayError, PayloadTooLarge
-from gateway.http.errors import error_event, error_response
+from gateway.http.errors import error_body, error_event, error_response
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.dispatch import Completed
+from gateway.pipeline.dispatch import Completed, Streaming
 from gateway.pipeline.resolve import resolve
 from gateway.pipeline.stream import relay
 from gateway.pipeline.validate import parse_json, validate
 from gateway.state import AppState
 from providers.base import Operation
 
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+_JSON = (b"content-type", b"application/json")
+_SSE = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    length = request.headers.get("content-length")
+class ClientGone(Exception):
+    """The client disconnected before its request body arrived."""
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    length = _header(scope, b"content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise PayloadTooLarge(f"The request body is {length} bytes; the limit is {limit} bytes.")
     chunks = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"The request body exceeds the limit of {limit} bytes.")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"The request body exceeds the limit of {limit} bytes.")
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-async def serve_inference(request: Request, op: Operation) -> Response:
-    state: AppState = request.state.gw
-    clock = state.clock
-    ctx = RequestContext(request_id=request.scope["gateway.request_id"], op=op, started=clock())
-    if state.accountant.keep_bodies:
-        ctx.response_parts = []
-    try:
-        ctx.key_name = state.auth.authenticate(request.headers.get("authorization"))
-        body = validate(op, parse_json(await read_body(request, state.settings.server.max_body_bytes)))
-        ctx.body, ctx.model, ctx.stream = body, body["model"], bool(body.get("stream"))
-        candidates = resolve(state.catalog, op, ctx.model, body)
-        assert state.router is not None  # build_state always makes one
-        ordering = await state.router.route(ctx, candidates)
-        result = await state.dispatcher.dispatch(ctx, ordering)
-    except GatewayError as exc:
-        ctx.status, ctx.error = exc.status_code, type(exc).__name__
-        state.accountant.record(ctx)
-        return error_response(exc, ctx.response_headers(clock()))
-    if isinstance(result, Completed):
-        headers = ctx.response_headers(clock())
-        if ctx.response_parts is not None:
-            ctx.response_parts.append(result.body)
-        state.accountant.record(ctx)
-        return Response(result.body, media_type="application/json", headers=headers)
-    headers = ctx.response_headers(clock())
-    headers.update(SSE_HEADERS)
-    endpoint_id = result.endpoint.id
-
-    def on_failure(exc: GatewayError) -> None:
-        state.breaker.record(endpoint_id, False, clock(), getattr(exc, "retry_after", None))
-
-    stream = relay(ctx, result, error_event=error_event, on_failure=on_failure, on_finish=state.accountant.record)
-    return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+def _raw(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
 
 
-async def chat_completions(request: Request) -> Response:
-    return await serve_inference(request, "chat")
+async def _send_json(send: Send, status: int, body: bytes, headers: dict[str, str]) -> None:
+    raw = _raw(headers)
+    raw.append(_JSON)
+    raw.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
 
 
-async def completions(request: Request) -> Response:
-    return await serve_inference(request, "completions")
+async def _send_error(send: Send, exc: GatewayError, headers: dict[str, str]) -> None:
+    merged = {**headers, **exc.headers}
+    await _send_json(send, exc.status_code, orjson.dumps(error_body(exc)), merged)
 
 
-async def embeddings(request: Request) -> Response:
-    return await serve_inference(request, "embeddings")
+class InferenceEndpoint:
+    """One inference operation as a raw ASGI app: the pipeline stages in order, with no Request or
+    Response objects and, for streams, one small task that watches for the client going away
+    (instead of a task group per stream). Routing still goes through Starlette's router."""
+
+    def __init__(self, op: Operation) -> None:
+        self.op = op
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state: AppState = scope["state"]["gw"]
+        clock = state.clock
+        ctx = RequestContext(request_id=scope["gateway.request_id"], op=self.op, started=clock())
+        if state.accountant.keep_bodies:
+            ctx.response_parts = []
+        try:
+            ctx.key_name = state.auth.authenticate(_header(scope, b"authorization"))
+            body = validate(self.op, parse_json(await read_body(scope, receive, state.settings.server.max_body_bytes)))
+            ctx.body, ctx.model, ctx.stream = body, body["model"], bool(body.get("stream"))
+            candidates = resolve(state.catalog, self.op, ctx.model, body)
+            assert state.router is not None  # build_state always makes one
+            ordering = await state.router.route(ctx, candidates)
+            result = await state.dispatcher.dispatch(ctx, ordering)
+        except ClientGone:
+            return
+        except GatewayError as exc:
+            ctx.status, ctx.error = exc.status_code, type(exc).__name__
+            state.accountant.record(ctx)
+            await _send_error(send, exc, ctx.response_headers(clock()))
+            return
+        if isinstance(result, Completed):
+            headers = ctx.response_headers(clock())
+            if ctx.response_parts is not None:
+                ctx.response_parts.append(result.body)
+            state.accountant.record(ctx)
+            await _send_json(send, 200, result.body, headers)
+            return
+        await self._stream(state, ctx, result, receive, send)
+
+    async def _stream(self, state: AppState, ctx: RequestContext, result: Streaming, receive: Receive, send: Send) -> None:
+        clock = state.clock
+        endpoint_id = result.endpoint.id
+
+        def on_failure(exc: GatewayError) -> None:
+            state.breaker.record(endpoint_id, False, clock(), getattr(exc, "retry_after", None))
+
+        headers = _raw(ctx.response_headers(clock()))
+        headers.extend(_SSE)
+        stream = relay(ctx, result, error_event=error_event, on_failure=on_failure, on_finish=state.accountant.record)
+        task = asyncio.current_task()
+        assert task is not None
+        gone = False
+        finished = False
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        def on_disconnect(watcher: asyncio.Future[None]) -> None:
+            nonlocal gone
+            if not finished and not watcher.cancelled() and watcher.exception() is None:
+                gone = True
+                task.cancel()  # stops relaying: the relay closes the upstream and accounts
+
+        watcher = asyncio.ensure_future(watch())
+        watcher.add_done_callback(on_disconnect)
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            async for chunk in stream:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            finished = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            task.uncancel()
+        finally:
+            finished = True
+            watcher.cancel()
+            await stream.aclose()
+
+
+chat_completions = InferenceEndpoint("chat")
+completions = InferenceEndpoint("completions")
+embeddings = InferenceEndpoint("embeddings")
 
 
 def _model_card(model: str, created: int) -> dict[str, object]:
