@@ -41,6 +41,9 @@ class ServerConfig(_Frozen):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Fail start-up when no gateway key is configured, instead of serving without auth.
     require_auth: bool = False
+    # Trust X-Forwarded-For/-Proto from these proxy addresses (e.g. ["127.0.0.1"] behind a local
+    # nginx). Empty: the headers are ignored and the middleware that reads them is not installed.
+    forwarded_allow_ips: tuple[str, ...] = ()
 
 
 class TimeoutConfig(_Frozen):
