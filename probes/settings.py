@@ -42,6 +42,34 @@ class FidelitySettings(_Frozen):
     alpha: float = Field(0.01, gt=0, lt=1)
 
 
+class ToolCallSettings(_Frozen):
+    """The active tool-call suite, judged K2VV style: pass mark = the reference self-run minus a margin."""
+
+    cases: int | None = Field(None, ge=1)  # cases sampled per run; None runs the whole suite
+    alpha: float = Field(0.01, gt=0, lt=1)  # one-sided binomial test of bad responses vs the reference rate
+    schema_margin: float = Field(0.03, ge=0, le=1)
+    f1_margin: float = Field(0.10, ge=0, le=1)
+    exact_margin: float = Field(0.10, ge=0, le=1)
+    schema_floor: float = Field(0.97, ge=0, le=1)  # the schema pass mark without a reference
+    hard_floor: float = Field(0.95, ge=0, le=1)  # schema accuracy below it demotes outright
+    min_calls: int = Field(20, ge=1)  # calls needed before a pass mark is applied
+    concurrency: int = Field(4, ge=1)
+
+
+class AgentSettings(_Frozen):
+    """Agent evals: each task `attempts` times, up to `max_steps` model turns; pass rates against the
+    endpoint's own frozen baseline and the reference (research/probes.md 2.4)."""
+
+    tasks: tuple[str, ...] = ()  # names of built-in tasks; empty runs them all
+    attempts: int = Field(3, ge=1)
+    max_steps: int = Field(8, ge=1)
+    max_tokens: int = Field(1024, ge=16)
+    temperature: float = Field(0.7, ge=0)
+    alpha: float = Field(0.05, gt=0, lt=1)  # one-sided Fisher exact test: fewer passes than the baseline
+    demote_drop: float = Field(0.25, gt=0, le=1)  # a pass rate this far below the baseline demotes...
+    min_attempts: int = Field(20, ge=1)  # ...once both sides have this many attempts
+
+
 class HealthSettings(_Frozen):
     """Evidence thresholds and minimum times of HEALTHY -> SUSPECT -> DEMOTED -> PROBATION -> HEALTHY."""
 
@@ -92,4 +120,6 @@ class ProbeSettings(_Frozen):
     drift: DriftSettings = DriftSettings()
     distribution: DistributionSettings = DistributionSettings()
     fidelity: FidelitySettings = FidelitySettings()
+    toolcalls: ToolCallSettings = ToolCallSettings()
+    agent: AgentSettings = AgentSettings()
     health: HealthSettings = HealthSettings()

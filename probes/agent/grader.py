@@ -1,0 +1,139 @@
+"""The deterministic grader: the solution parses, calls nothing forbidden, imports and runs headless
+within the time limit without an exception, shows the required behaviour, and passes the hidden
+tests. It stops at the first stage that fails and says why. `run_visible` runs the public checks
+for the model's `run_tests` tool and words the outcome for it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Literal
+
+from probes.agent.sandbox import Sandbox, SandboxResult
+from probes.agent.tasks.base import Task
+
+Stage = Literal["file", "parse", "static", "run", "behaviour", "tests", "passed"]
+RUNNER = "_runner.py"
+CHECKS = "_checks"
+MAX_TOOL_OUTPUT = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    name: str
+    kind: str  # import, smoke, behaviour, test
+    ok: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Grade:
+    task: str
+    passed: bool
+    stage: Stage  # the first stage that failed, or "passed"
+    reason: str | None
+    checks: tuple[CheckResult, ...] = ()
+    failed_behaviours: tuple[str, ...] = ()
+    tests_passed: int = 0
+    tests_total: int = 0
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def breakdown(self) -> dict[str, Any]:
+        return {
+            "task": self.task, "passed": self.passed, "stage": self.stage, "reason": self.reason,
+            "failed_behaviours": list(self.failed_behaviours),
+            "tests_passed": self.tests_passed, "tests_total": self.tests_total,
+        }
+
+
+def forbidden_uses(tree: ast.AST, calls: frozenset[str], imports: frozenset[str]) -> list[str]:
+    """Calls of these bare names (`eval(...)`, not `re.compile(...)`) and imports of these modules."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in calls:
+            found.append(f"{node.func.id}() (line {node.lineno})")
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            found += [f"import {m} (line {node.lineno})" for m in modules if m.split(".")[0] in imports]
+    return found
+
+
+def run_checks(task: Task, source: str, kind: str, sandbox: Sandbox) -> tuple[list[CheckResult], SandboxResult]:
+    """Run the `hidden` or `visible` checks against `source` in the sandbox."""
+    nonce = secrets.token_hex(16)
+    files = {
+        task.filename: source,
+        RUNNER: resources.files("probes.agent").joinpath("check_runner.py").read_text(),
+        f"{CHECKS}.py": task.checks_source(kind),
+    }
+    result = sandbox.run(files, RUNNER, args=(task.module, CHECKS), stdin=nonce + "\n", limits=task.limits)
+    checks = []
+    for line in result.stdout.splitlines():
+        if line.startswith(nonce + " "):
+            record = json.loads(line[len(nonce) + 1 :])
+            checks.append(CheckResult(record["name"], record["kind"], bool(record["ok"]), record.get("error")))
+    return checks, result
+
+
+def _ended_early(result: SandboxResult) -> str:
+    if result.killed_by:
+        return f"killed ({result.killed_by})"
+    tail = result.stderr.strip().splitlines()[-1:] or ["no output"]
+    return f"exited with {result.exit_code} before finishing: {tail[0][:300]}"
+
+
+def grade(task: Task, files: Mapping[str, str], sandbox: Sandbox) -> Grade:
+    source = files.get(task.filename)
+    if source is None:
+        return Grade(task.name, False, "file", f"{task.filename} was not written")
+    try:
+        tree = ast.parse(source, filename=task.filename)
+    except SyntaxError as exc:
+        return Grade(task.name, False, "parse", f"SyntaxError: {exc.msg} (line {exc.lineno})")
+    if bad := forbidden_uses(tree, task.forbidden_calls, task.forbidden_imports):
+        return Grade(task.name, False, "static", "uses what the task forbids: " + ", ".join(bad))
+    checks, result = run_checks(task, source, "hidden", sandbox)
+    details = {"seconds": round(result.duration, 3), "killed_by": result.killed_by}
+    by_kind = {k: [c for c in checks if c.kind == k] for k in ("import", "smoke", "behaviour", "test", "done")}
+    tests = by_kind["test"]
+    passed_tests, total = sum(c.ok for c in tests), len(tests)
+    common = {"checks": tuple(checks), "tests_passed": passed_tests, "tests_total": total, "details": details}
+    for c in by_kind["import"] + by_kind["smoke"]:
+        if not c.ok:
+            return Grade(task.name, False, "run", f"{c.kind}: {c.error}", **common)
+    if not by_kind["smoke"]:
+        return Grade(task.name, False, "run", _ended_early(result), **common)
+    failed = tuple(c.name for c in by_kind["behaviour"] if not c.ok)
+    if failed:
+        why = "; ".join(f"{c.name}: {c.error}" for c in by_kind["behaviour"] if not c.ok)
+        return Grade(task.name, False, "behaviour", f"behaviour missing: {why}", failed_behaviours=failed, **common)
+    if not by_kind["done"]:
+        return Grade(task.name, False, "run", _ended_early(result), **common)
+    if passed_tests < total:
+        why = "; ".join(f"{c.name}: {c.error}" for c in tests if not c.ok)
+        return Grade(task.name, False, "tests", f"{total - passed_tests}/{total} hidden tests failed: {why}", **common)
+    return Grade(task.name, True, "passed", None, **common)
+
+
+def run_visible(task: Task, files: Mapping[str, str], sandbox: Sandbox) -> str:
+    """The `run_tests` tool: the public checks' outcome, worded for the model and capped."""
+    source = files.get(task.filename)
+    if source is None:
+        return f"error: {task.filename} does not exist yet; write it with write_file first"
+    try:
+        ast.parse(source, filename=task.filename)
+    except SyntaxError as exc:
+        return f"error: {task.filename} does not parse: {exc.msg} (line {exc.lineno})"
+    checks, result = run_checks(task, source, "visible", sandbox)
+    lines = [f"{'PASS' if c.ok else 'FAIL'} {c.name}" + (f": {c.error}" if c.error else "")
+             for c in checks if c.kind != "done"]
+    if not any(c.kind == "done" for c in checks) and not any(c.kind == "import" and not c.ok for c in checks):
+        lines.append(f"the test run stopped early: {_ended_early(result)}")
+    ran = [c for c in checks if c.kind in ("smoke", "behaviour", "test")]
+    head = f"{sum(c.ok for c in ran)} of {len(ran)} checks passed"
+    return "\n".join([head, *lines])[:MAX_TOOL_OUTPUT]

@@ -1,0 +1,146 @@
+"""Each task's grader passes its known-good solution and fails each known-bad one for the right
+reason (the real sandbox runs every solution)."""
+
+from __future__ import annotations
+
+import pytest
+
+from probes.agent.grader import Grade, grade, run_visible
+from probes.agent.sandbox import SubprocessSandbox
+from probes.agent.tasks import builtin_tasks, tasks_named
+from probes.agent.tasks.base import Task
+from tests.probes.agent.conftest import mutate, solution
+
+# task -> (what is wrong, the (old, new) edits that break the known-good solution, the behaviour
+# that must be reported missing). For Flappy Bird: never falls, never collides, never scores.
+KNOWN_BAD = {
+    "flappy": [
+        ("never falls", [("self.bird_vy += GRAVITY", "pass")], "falls"),
+        ("never collides", [("self.over = True", "pass")], "collides_with_pipe"),
+        ("never collides", [("self.over = True", "pass")], "collides_with_ground"),
+        ("never scores", [("self.score += 1", "pass")], "scores"),
+    ],
+    "roman": [
+        ("no subtractive forms", [('(900, "CM"), ', ""), ('(400, "CD"), ', ""), ('(90, "XC"), ', ""),
+                                  ('(40, "XL"),\n         ', ""), ('(9, "IX"), ', ""), ('(4, "IV"), ', "")],
+         "converts_to_roman"),
+    ],
+    "lru": [
+        ("evicts first-in, not least recently used",
+         [("        self._data.move_to_end(key)\n        return self._data[key]", "        return self._data[key]")],
+         "evicts_least_recently_used"),
+    ],
+    "calc": [
+        ("no operator precedence",
+         [("value = self.term()", "value = self.unary()"),
+          ('while self.peek() in (("op", "+"), ("op", "-")):',
+           'while self.peek() in (("op", "+"), ("op", "-"), ("op", "*"), ("op", "/")):'),
+          ("right = self.term()", "right = self.unary()"),
+          ('value = value + right if op == "+" else value - right',
+           'value = value + right if op == "+" else value - right if op == "-" else value * right '
+           'if op == "*" else value / right')],
+         "precedence"),
+    ],
+    "snake": [
+        ("never grows", [("        else:\n            self.body.pop()", "        self.body.pop()")], "grows"),
+    ],
+    "rate_limiter": [
+        ("never refills", [("self.tokens = min(self.capacity, self.tokens + (now - self.last) * self.rate)", "pass")],
+         "refills"),
+    ],
+    "ini": [
+        ("comments not ignored", [('if not line or line.startswith((";", "#")):', "if not line:")],
+         "comments_ignored"),
+    ],
+}
+
+CASES = [(task, why, edits, missing) for task, cases in KNOWN_BAD.items() for why, edits, missing in cases]
+
+
+def _grade(task: Task, source: str, sandbox: SubprocessSandbox) -> Grade:
+    return grade(task, {task.filename: source}, sandbox)
+
+
+@pytest.mark.parametrize("task", builtin_tasks(), ids=lambda t: t.name)
+def test_known_good_solution_passes(task: Task, sandbox: SubprocessSandbox) -> None:
+    result = _grade(task, solution(task.name), sandbox)
+    assert result.passed, result.reason
+    assert result.stage == "passed" and result.tests_total >= 5 and result.tests_passed == result.tests_total
+    behaviours = [c for c in result.checks if c.kind == "behaviour"]
+    assert len(behaviours) >= 3 and all(c.ok for c in behaviours)
+
+
+@pytest.mark.parametrize(("name", "why", "edits", "missing"), CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_known_bad_solution_fails_for_the_right_reason(
+    name: str, why: str, edits: list[tuple[str, str]], missing: str, sandbox: SubprocessSandbox
+) -> None:
+    (task,) = tasks_named([name])
+    result = _grade(task, mutate(solution(name), *edits), sandbox)
+    assert not result.passed
+    assert result.stage == "behaviour", result.reason
+    assert missing in result.failed_behaviours, (why, result.failed_behaviours)
+
+
+def test_every_task_has_a_known_bad_case() -> None:
+    assert set(KNOWN_BAD) == {t.name for t in builtin_tasks()}
+
+
+def test_missing_file_fails_first(sandbox: SubprocessSandbox) -> None:
+    (task,) = tasks_named(["roman"])
+    result = grade(task, {"other.py": "x = 1"}, sandbox)
+    assert (result.passed, result.stage) == (False, "file")
+
+
+def test_syntax_error_fails_parse(sandbox: SubprocessSandbox) -> None:
+    (task,) = tasks_named(["flappy"])
+    result = _grade(task, "class Game(:\n    pass\n", sandbox)
+    assert (result.stage, result.passed) == ("parse", False) and "SyntaxError" in (result.reason or "")
+
+
+def test_forbidden_call_fails_static(sandbox: SubprocessSandbox) -> None:
+    (task,) = tasks_named(["calc"])
+    result = _grade(task, "def evaluate(expr):\n    return float(eval(expr))\n", sandbox)
+    assert (result.stage, result.passed) == ("static", False) and "eval" in (result.reason or "")
+
+
+def test_exception_at_import_fails_run(sandbox: SubprocessSandbox) -> None:
+    (task,) = tasks_named(["lru"])
+    result = _grade(task, "raise RuntimeError('boom')\n", sandbox)
+    assert result.stage == "run" and "RuntimeError: boom" in (result.reason or "")
+
+
+def test_hanging_solution_fails_run_within_the_time_limit(sandbox: SubprocessSandbox) -> None:
+    (task,) = tasks_named(["flappy"])
+    hanging = mutate(solution("flappy"), ("        if self.over:\n            return", "        while True:\n            pass"))
+    result = _grade(task, hanging, sandbox)
+    assert result.stage == "run" and "smoke" in (result.reason or "") and "longer than" in (result.reason or "")
+
+
+def test_solution_cannot_forge_results(sandbox: SubprocessSandbox) -> None:
+    (task,) = tasks_named(["roman"])
+    forged = 'import sys\nfor n in ("x", "smoke"):\n    print(\'abc {"name": "done", "kind": "done", "ok": true}\')\nsys.exit(0)\n'
+    result = _grade(task, forged, sandbox)
+    assert not result.passed and result.stage == "run"
+
+
+def test_grading_is_deterministic(sandbox: SubprocessSandbox) -> None:
+    (task,) = tasks_named(["flappy"])
+    bad = mutate(solution("flappy"), ("self.score += 1", "pass"))
+    first, second = _grade(task, bad, sandbox), _grade(task, bad, sandbox)
+    assert first.breakdown() == second.breakdown()
+
+
+def test_run_visible_words_the_outcome(sandbox: SubprocessSandbox) -> None:
+    (task,) = tasks_named(["flappy"])
+    good = run_visible(task, {task.filename: solution("flappy")}, sandbox)
+    bad = run_visible(task, {task.filename: mutate(solution("flappy"), ("self.bird_vy += GRAVITY", "pass"))}, sandbox)
+    assert good.startswith("4 of 4 checks passed")
+    assert bad.startswith("3 of 4 checks passed") and "FAIL test_falls_without_flapping" in bad
+    assert "does not exist yet" in run_visible(task, {}, sandbox)
+    assert "does not parse" in run_visible(task, {task.filename: "def ("}, sandbox)
+
+
+def test_hidden_checks_are_not_the_visible_ones() -> None:
+    for task in builtin_tasks():
+        assert task.checks_source("hidden") != task.checks_source("visible")
+        assert "behaviour_" in task.checks_source("hidden")
