@@ -1,0 +1,183 @@
+"""Models the testbed serves in-process with llama.cpp: file resolution, re-quantization, loading.
+
+`ModelFiles` turns an alias ("smollm2", "gemma3-270m") or a path into a GGUF file, and
+`quantize` writes a re-quantized copy into a cache keyed by the source's hash and the type.
+`ModelPool` loads each file once and pairs it with a lock: one llama.cpp context serves one
+request at a time, and callers run it in a worker thread so the server stays responsive.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from providers.engines.errors import EngineStartError
+from providers.engines.models import SHIPPED_MODELS, default_cache_dir
+
+_CHUNK = 1024 * 1024
+
+
+class ModelError(Exception):
+    """A model that cannot be found, quantized or loaded; the message is one line."""
+
+
+def quantized_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    return default_cache_dir(environ) / "testbed"
+
+
+class ModelFiles:
+    """Alias or path -> GGUF file; re-quantized copies live in `cache_dir`."""
+
+    def __init__(self, cache_dir: Path) -> None:
+        self.cache_dir = cache_dir
+
+    def resolve(self, model: str) -> Path:
+        shipped = SHIPPED_MODELS.get(model)
+        if shipped is not None:
+            try:
+                # Shipped files that need assembling go to the gateway's own cache, shared with it.
+                return shipped("testbed", self.cache_dir.parent)
+            except EngineStartError as exc:
+                raise ModelError(exc.message) from None
+        path = Path(model).expanduser()
+        if path.suffix == ".gguf" and path.is_file():
+            return path
+        known = ", ".join(sorted(SHIPPED_MODELS))
+        raise ModelError(f"unknown model {model!r}: use a shipped alias ({known}) or an existing .gguf path")
+
+    def quantized(self, source: Path, qtype: str) -> Path:
+        return quantize(source, qtype, self.cache_dir)
+
+
+def quantize(source: Path, qtype: str, cache_dir: Path) -> Path:
+    """A copy of `source` re-quantized to `qtype` (e.g. "Q2_K"), made once and cached."""
+    import llama_cpp
+
+    ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{qtype}", None)
+    if ftype is None:
+        raise ModelError(f"unknown quantization type {qtype!r}")
+    target = cache_dir / f"{source.stem}.{_sha256(source)[:16]}.{qtype}.gguf"
+    if target.is_file():
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    # Written beside the target and renamed, so a concurrent process never loads half a file.
+    fd, partial = tempfile.mkstemp(dir=cache_dir, prefix=target.name, suffix=".part")
+    os.close(fd)
+    os.chmod(partial, 0o644)
+    try:
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = ftype
+        params.allow_requantize = True
+        params.nthread = min(2, os.cpu_count() or 1)
+        rc = llama_cpp.llama_model_quantize(str(source).encode(), partial.encode(), ctypes.byref(params))
+        if rc != 0:
+            raise ModelError(f"quantizing {source.name} to {qtype} failed (llama.cpp returned {rc})")
+        os.replace(partial, target)
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+    return target
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(_CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class LlamaOptions:
+    n_ctx: int = 2048
+    n_threads: int = 1
+    seed: int = 1234
+
+
+def load_llama(path: Path, options: LlamaOptions) -> Any:
+    """A `llama_cpp.Llama` for `path`, keeping logits of every position (for logprobs)."""
+    import llama_cpp
+
+    disable_extra_buffers()
+    try:
+        return llama_cpp.Llama(
+            model_path=str(path),
+            n_ctx=options.n_ctx,
+            n_threads=options.n_threads,
+            n_threads_batch=options.n_threads,
+            logits_all=True,
+            seed=options.seed,
+            verbose=False,
+        )
+    except (ValueError, RuntimeError) as exc:
+        raise ModelError(f"cannot load {path.name}: {exc}") from None
+
+
+def disable_extra_buffers() -> None:
+    """Load weights without llama.cpp's extra CPU buffers (AMX, repack): on VMs that advertise
+    AMX without enabling it they fault on the first batch (see providers.engines.llamacpp_server).
+    Idempotent; patches the name `Llama.__init__` looks up at call time."""
+    import llama_cpp.llama_cpp as low_level
+
+    current = low_level.llama_model_default_params
+    if getattr(current, "_testbed_no_extra_buffers", False):
+        return
+
+    def params() -> Any:
+        p = current()
+        p.use_extra_bufts = False
+        return p
+
+    params._testbed_no_extra_buffers = True  # type: ignore[attr-defined]
+    low_level.llama_model_default_params = params
+
+
+@dataclass
+class LoadedModel:
+    path: Path
+    llm: Any
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class ModelPool:
+    """Each file loaded once; `get` is thread-safe and blocks while the file loads."""
+
+    def __init__(self, loader: Callable[[Path], Any]) -> None:
+        self._loader = loader
+        self._models: dict[Path, LoadedModel] = {}
+        self._loading: dict[Path, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def get(self, path: Path) -> LoadedModel:
+        with self._guard:
+            if (model := self._models.get(path)) is not None:
+                return model
+            loading = self._loading.setdefault(path, threading.Lock())
+        with loading:
+            with self._guard:
+                if (model := self._models.get(path)) is not None:
+                    return model
+            model = LoadedModel(path, self._loader(path))
+            with self._guard:
+                self._models[path] = model
+            return model
+
+    def loaded(self) -> list[Path]:
+        with self._guard:
+            return list(self._models)
+
+    def close(self) -> None:
+        with self._guard:
+            models, self._models = list(self._models.values()), {}
+        for model in models:
+            with model.lock:
+                close = getattr(model.llm, "close", None)
+                if close is not None:
+                    close()
