@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from probes.sentinels.settings import SentinelSettings
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -52,7 +54,7 @@ class ToolCallSettings(_Frozen):
     exact_margin: float = Field(0.10, ge=0, le=1)
     schema_floor: float = Field(0.97, ge=0, le=1)  # the schema pass mark without a reference
     hard_floor: float = Field(0.95, ge=0, le=1)  # schema accuracy below it demotes outright
-    min_calls: int = Field(20, ge=1)  # calls needed before a pass mark is applied
+    min_calls: int = Field(20, ge=1)  # judged responses (and calls) needed for a verdict and a pass mark
     concurrency: int = Field(4, ge=1)
 
 
@@ -122,4 +124,5 @@ class ProbeSettings(_Frozen):
     fidelity: FidelitySettings = FidelitySettings()
     toolcalls: ToolCallSettings = ToolCallSettings()
     agent: AgentSettings = AgentSettings()
+    sentinels: SentinelSettings = SentinelSettings()
     health: HealthSettings = HealthSettings()

@@ -1,0 +1,128 @@
+"""Needle retrieval: a unique code hidden at several depths of filler, sizes up to the advertised
+context window, asked for at T=0. A silent truncation cuts either the needle (keep the tail) or
+the question (keep the head), so retrieval fails beyond some size while it passes below.
+
+Small models retrieve poorly, so each (size, depth) cell is judged against what is expected of it:
+the reference's answer to the identical prompt, else the endpoint's own frozen baseline, else
+"found" everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from probes.base import Outcome
+from probes.sentinels.filler import filler_sentences, with_needle
+
+QUESTION = "What is the secret code in the text above? Answer with the code only."
+# Used to size prompts when the endpoint reports no usage: generous for any English tokenizer.
+FALLBACK_SLOPE, FALLBACK_INTERCEPT = 1.5, 32.0
+
+
+@dataclass(frozen=True, slots=True)
+class NeedleCell:
+    size: int  # local tokens of filler
+    depth: float
+    found: bool | None  # None: the request failed
+    expected: bool | None = True  # None: nothing known about this cell
+
+    @property
+    def key(self) -> str:
+        return f"{self.size}@{self.depth}"
+
+
+def plan_sizes(
+    window: int, *, slope: float, intercept: float, max_tokens: int, margin_tokens: int, margin_share: float,
+    min_size: int, shrink: float, cap: int,
+) -> list[int]:
+    """Filler sizes (local tokens), ascending: the largest that fits the window with a margin,
+    then shrinking by `shrink` down to `min_size`, which is always included."""
+    room = (window - max_tokens - margin_tokens) * (1 - margin_share) - intercept
+    largest = min(cap, int(room / slope)) if slope > 0 else min_size
+    if largest <= min_size:
+        return [max(16, largest)]
+    sizes = []
+    size = float(largest)
+    while size > min_size:
+        sizes.append(int(size))
+        size /= shrink
+    sizes.append(min_size)
+    return sorted(set(sizes))
+
+
+def make_code(rng: np.random.Generator, digits: int) -> str:
+    """A random code of `digits` digits with a non-zero lead (unique per prompt, never filler)."""
+    return str(int(rng.integers(1, 10))) + "".join(str(int(d)) for d in rng.integers(0, 10, digits - 1))
+
+
+def needle_body(sentences: list[str], code: str, depth: float, max_tokens: int) -> dict[str, Any]:
+    text = with_needle(sentences, f"The secret code is {code}.", depth)
+    return {"messages": [{"role": "user", "content": f"{text}\n\n{QUESTION}"}], "max_tokens": max_tokens, "temperature": 0}
+
+
+def build_bodies(
+    sizes: Sequence[int], depths: Sequence[float], rng: np.random.Generator, count_text: Callable[[str], int], *,
+    digits: int, max_tokens: int,
+) -> list[tuple[int, float, str, dict[str, Any]]]:
+    """(size, depth, code, body) for every cell, a fresh code in each."""
+    out = []
+    for size in sizes:
+        sentences = filler_sentences(size, count_text)
+        for depth in depths:
+            code = make_code(rng, digits)
+            out.append((size, depth, code, needle_body(sentences, code, depth, max_tokens)))
+    return out
+
+
+def retrieved(answer: str, code: str) -> bool:
+    """Whether the answer holds the code, spaces or separators between its digits allowed."""
+    return code in re.sub(r"(?<=\d)[\s,.\-](?=\d)", "", answer)
+
+
+def judge_retrieval(cells: Sequence[NeedleCell], *, min_lost: int) -> Outcome:
+    """Cells lost (expected found, not found) and their pattern.
+
+    `details["finding"]`: truncation (losses start at some size, retrieval works below it, and at
+    each depth, once lost, stays lost at every larger size: a cut only grows with the prompt),
+    degraded (losses without that pattern, e.g. at the smallest size), retrieved, or uninformative
+    (nothing expected anywhere).
+    The statistic is the share of informative cells lost.
+    """
+    answered = [c for c in cells if c.found is not None]
+    informative = [c for c in answered if c.expected]
+    lost = [c for c in informative if not c.found]
+    gained = [c for c in answered if c.expected is False and c.found]
+    table = [{"size": c.size, "depth": c.depth, "found": c.found, "expected": c.expected} for c in cells]
+    details: dict[str, Any] = {
+        "cells": table,
+        "lost": [c.key for c in lost],
+        "gained": [c.key for c in gained],
+        "informative": len(informative),
+    }
+    if not informative:
+        return Outcome(0.0, samples=len(answered), details={**details, "finding": "uninformative"})
+    share = len(lost) / len(informative)
+    if len(lost) < min_lost or len(lost) < 2 * len(gained):
+        return Outcome(share, samples=len(answered), details={**details, "finding": "retrieved"})
+    first_lost = min(c.size for c in lost)
+    kept_below = [c.size for c in informative if c.size < first_lost]
+    largest = max(c.size for c in informative)
+    truncation = bool(kept_below) and any(c.size == largest for c in lost) and _lost_for_good(informative)
+    details.update(first_lost_size=first_lost, last_kept_size=max(kept_below) if kept_below else None)
+    return Outcome(share, samples=len(answered), details={**details, "finding": "truncation" if truncation else "degraded"})
+
+
+def _lost_for_good(informative: Sequence[NeedleCell]) -> bool:
+    """Whether, at every depth, no retrieval succeeds at a size larger than one that was lost."""
+    for depth in {c.depth for c in informative}:
+        lost_yet = False
+        for c in sorted((c for c in informative if c.depth == depth), key=lambda c: c.size):
+            if lost_yet and c.found:
+                return False
+            lost_yet = lost_yet or not c.found
+    return True

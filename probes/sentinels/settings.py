@@ -1,0 +1,75 @@
+"""The sentinels' knobs. Starting points follow research/probes.md section 2.5."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class UsageSettings(_Frozen):
+    # Filler sizes (local cl100k tokens) whose reported counts fix the slope: short enough that no
+    # real deployment truncates them.
+    fit_sizes: tuple[int, ...] = (16, 48, 96, 160)
+    # A long prompt whose reported count falls this share below the fitted line was cut (a real
+    # cut is large: 4k of a 128k window; see bench/sentinel_power.py for noisy tokenizers).
+    rel_tolerance: float = Field(0.1, gt=0, lt=1)
+    # Reported counts must match the reference's (or the frozen baseline's) within this many tokens.
+    abs_tolerance: int = Field(2, ge=0)
+    # Any real tokenizer lands within ~0.5-2 tokens per cl100k token on English words.
+    min_slope: float = Field(0.4, gt=0)
+
+
+class NeedleSettings(_Frozen):
+    depths: tuple[float, ...] = (0.1, 0.5, 0.9)
+    # Sizes halve from the largest down to `min_size` (local cl100k tokens), which is always probed.
+    min_size: int = Field(128, ge=32)
+    shrink: float = Field(2.0, gt=1)
+    # The largest size stays this far below the advertised window (tokens), plus `max_tokens`.
+    margin_tokens: int = Field(64, ge=0)
+    # And this share below it, for the gap between the endpoint's tokenizer and ours.
+    margin_share: float = Field(0.1, ge=0, lt=1)
+    # A cap on the largest size: probing the whole window of a 128k model costs ~0.5M tokens a run.
+    max_prompt_tokens: int = Field(32_768, ge=64)
+    max_tokens: int = Field(16, ge=4)
+    code_digits: int = Field(6, ge=3, le=12)
+    # A truncation pattern needs at least this many retrievals lost against the expectation.
+    min_lost: int = Field(2, ge=1)
+
+
+class LoopSettings(_Frozen):
+    prompts: tuple[str, ...] = (
+        "List the days of the week, one per line.",
+        "Write a numbered list of ten fruits.",
+        "Name every planet of the solar system and say one fact about each.",
+        "Explain in a few sentences how a bicycle works.",
+    )
+    # Sent as the system message of every loop prompt (None: the model's own default).
+    system: str | None = None
+    # T=0 requests per prompt, and seeded samples per prompt at `temperature` (for the first
+    # `sampled_prompts` prompts); seeds run from `seed` upward.
+    repeats: int = Field(25, ge=1)
+    sampled_prompts: int = Field(2, ge=0)
+    samples: int = Field(25, ge=0)
+    temperature: float = Field(0.8, gt=0)
+    seed: int = 1000
+    max_tokens: int = Field(48, ge=8)
+    ngram: int = Field(3, ge=1)
+    char_ngram: int = Field(12, ge=2)
+    # A response loops when it ends on `length` with repetition above this ratio.
+    repetition: float = Field(0.5, gt=0, lt=1)
+    # The null share never goes below this floor (nondeterministic stacks loop now and then).
+    floor: float = Field(0.002, gt=0, lt=1)
+    # Cells where the reference itself loops at least this often carry no signal and are left out.
+    informative_below: float = Field(0.5, gt=0, le=1)
+    alpha: float = Field(0.01, gt=0, lt=1)
+
+
+class SentinelSettings(_Frozen):
+    usage: UsageSettings = UsageSettings()
+    needle: NeedleSettings = NeedleSettings()
+    loops: LoopSettings = LoopSettings()
+    # Requests in flight at once, per endpoint.
+    concurrency: int = Field(2, ge=1)

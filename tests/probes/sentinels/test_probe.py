@@ -1,0 +1,116 @@
+import dataclasses
+
+import numpy as np
+import pytest
+
+from gateway.routing.tokens import TokenCounter
+from probes.base import ProbeContext
+from probes.baselines import MemoryBaselines
+from probes.settings import ProbeSettings
+from probes.sentinels.probe import SentinelsProbe
+from probes.sentinels.settings import LoopSettings, SentinelSettings
+from tests.fakes.catalog import make_endpoint
+from tests.fakes.clock import FakeClock
+from tests.probes.fakes import FakeProbeClient, unavailable
+from tests.probes.sentinels.fake_lm import FakeLM
+
+WINDOW = 2048
+
+
+@pytest.fixture(scope="module")
+def counter():
+    return TokenCounter()
+
+
+def endpoint(name):
+    ep = make_endpoint(f"{name}/m")
+    return dataclasses.replace(ep, deployment=ep.deployment.model_copy(update={"context_window": WINDOW}))
+
+
+def context(model, reference=None, baselines=None, seed=0):
+    ep = endpoint("p")
+    return ProbeContext(
+        endpoint=ep,
+        client=FakeProbeClient(ep, model),
+        settings=ProbeSettings(),
+        baselines=baselines or MemoryBaselines(),
+        rng=np.random.default_rng(seed),
+        clock=FakeClock(),
+        reference=FakeProbeClient(endpoint("ref"), reference) if reference else None,
+    )
+
+
+def probe(counter, **loops):
+    return SentinelsProbe(SentinelSettings(loops=LoopSettings(**loops)) if loops else None, counter=counter)
+
+
+async def test_an_honest_endpoint_passes_against_the_reference_and_freezes_its_baseline(counter):
+    baselines = MemoryBaselines()
+    ctx = context(FakeLM(counter=counter), FakeLM(counter=counter), baselines)
+    result = await probe(counter).run(ctx)
+    assert result.verdict == "pass", result.details["findings"]
+    assert result.details["usage"]["finding"] == "linear"
+    assert result.details["usage"]["comparison"]["finding"] == "match"
+    assert result.details["needle"]["finding"] == "retrieved"
+    assert result.details["loops"]["finding"] == "clean"
+    assert result.requests == ctx.client.requests and result.tokens_spent == ctx.client.tokens
+    sizes = result.details["needle"]["sizes"]
+    assert sizes[0] == 128 and 1.2 * sizes[-1] < WINDOW
+    assert await baselines.get("p/m", "sentinels", "needle") is not None
+    assert (await baselines.get("p/m", "sentinels", "loops"))["cells"]["p0@t0"] == [0, 25]
+
+
+@pytest.mark.parametrize("keep", ["head", "tail"])
+@pytest.mark.parametrize("report", ["processed", "original"])
+async def test_a_truncating_endpoint_is_demoted_on_the_first_run(counter, keep, report):
+    lm = FakeLM(counter=counter, truncate={"tokens": 600, "keep": keep, "report": report})
+    result = await probe(counter).run(context(lm, FakeLM(counter=counter)))
+    assert (result.verdict, result.effect) == ("fail", "demote")
+    assert result.details["truncation"] is True
+    assert result.details["needle"]["finding"] == "truncation"
+    assert result.details["needle"]["last_kept_size"] * 1.2 < 600
+    if report == "processed":
+        assert result.details["usage"]["finding"] == "flattened"
+        assert result.details["usage"]["cut_reported"] == 600
+    else:
+        assert result.details["usage"]["finding"] == "linear"
+
+
+async def test_truncation_is_found_against_the_frozen_baseline_without_a_reference(counter):
+    baselines = MemoryBaselines()
+    first = await probe(counter).run(context(FakeLM(counter=counter), baselines=baselines))
+    assert first.verdict == "pass" and first.details["judged_against"] == "self"
+    lm = FakeLM(counter=counter, truncate={"tokens": 600, "keep": "tail", "report": "original"})
+    second = await probe(counter).run(context(lm, baselines=baselines))
+    assert second.details["judged_against"] == "baseline"
+    assert (second.verdict, second.effect) == ("fail", "demote")
+
+
+async def test_loops_at_five_percent_make_the_endpoint_suspect(counter):
+    lm = FakeLM(counter=counter, loop_rate=0.05, seed=11)
+    result = await probe(counter).run(context(lm, FakeLM(counter=counter)))
+    assert (result.verdict, result.effect) == ("fail", "suspect")
+    assert result.details["loops"]["finding"] == "loops"
+    assert result.details["findings"] == ["loops:loops"]
+    assert result.details["loops"]["seeds"] == [1000, 1024]
+
+
+async def test_counts_off_the_reference_make_the_endpoint_suspect(counter):
+    lm = FakeLM(counter=counter, overhead=12)
+    result = await probe(counter).run(context(lm, FakeLM(counter=counter)))
+    assert (result.verdict, result.effect) == ("fail", "suspect")
+    assert result.details["findings"] == ["usage_comparison:mismatch"]
+
+
+async def test_no_usage_still_runs_the_needle_and_loop_checks(counter):
+    lm = FakeLM(counter=counter, usage=False, truncate={"tokens": 600, "keep": "head", "report": "original"})
+    result = await probe(counter, repeats=2, samples=0).run(context(lm, FakeLM(counter=counter, usage=False)))
+    assert result.details["usage"]["finding"] == "no_usage"
+    assert (result.verdict, result.effect) == ("fail", "demote")
+
+
+async def test_an_unreachable_endpoint_is_an_error_with_every_request_counted(counter):
+    ctx = context(unavailable)
+    result = await probe(counter, repeats=1, samples=0).run(ctx)
+    assert result.verdict == "error"
+    assert result.errors == result.requests == ctx.client.requests > 0
