@@ -1,12 +1,14 @@
 """One request on a loaded llama.cpp model, under one request's fault draws -> OpenAI JSON.
 
-The honest path is llama-cpp-python's own `create_completion` (sampling, grammar, seed, logprobs).
-Its reported logprobs are read from `Llama.scores`, the raw logits of each position, while a
+The honest path is `completion.complete`: llama-cpp-python's own sampler (grammar, seed) driven
+as its `create_completion` drives it, with logprobs computed only for the generated positions.
+Reported logprobs are read from `Llama.scores`, the raw logits of each position, while a
 `logits_processor` only changes the sampler's copy; so `logit_noise` adds the same noise to
-both (reported logprobs reflect it), and the context is reset around every request so noisy
-rows never serve a later one. A served temperature only reaches the sampler: logprobs stay raw,
-as vLLM reports them. The sampler keeps the full distribution (no top-k, min-p or penalties),
-so sampled tokens follow the returned logprobs exactly at the requested temperature.
+both (reported logprobs reflect it); the KV cache of a shared prompt prefix is reused, but the
+last prompt token is always evaluated again, so noisy rows never serve a later request. A served
+temperature only reaches the sampler: logprobs stay raw, as vLLM reports them. The sampler keeps
+the full distribution (no top-k, min-p or penalties), so sampled tokens follow the returned
+logprobs exactly at the requested temperature.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from probes.testbed.backends import LoadedModel
+from probes.testbed.completion import TokenLogprobs, complete
 from probes.testbed.faults import (
     Draws,
     logit_noise,
@@ -70,32 +73,33 @@ def generate(
     if spec.logit_noise > 0:
         touched.add("logit_noise")
     with model.lock:
-        llm.reset()
+        # Keep the KV cache of the longest shared prefix (llama.cpp then evaluates only the rest;
+        # on CPU the logits are bit-identical to a full evaluation), but always re-evaluate at
+        # least the last prompt token, so the logits row sampled and reported is fresh: a noisy
+        # row from an earlier request never serves this one.
+        llm.n_tokens = min(llm.n_tokens, max(0, len(tokens) - 1))
         try:
-            out = llm.create_completion(
-                prompt=tokens,
+            out = complete(
+                llm,
+                tokens,
                 max_tokens=max_tokens,
                 temperature=temperature,
                 top_p=sampling.top_p,
-                top_k=0,
-                min_p=0.0,
-                typical_p=1.0,
-                repeat_penalty=1.0,
                 seed=sampling.seed,
                 stop=list(sampling.stop),
                 logprobs=(sampling.top_logprobs or 0) if want_logprobs else None,
                 logits_processor=processors or None,
                 grammar=_grammar(grammar),
             )
-        finally:
+        except BaseException:
             llm.reset()
-    choice = out["choices"][0]
-    entries = _entries(choice.get("logprobs")) if want_logprobs else None
+            raise
+    entries = _entries(out.logprobs) if want_logprobs else None
     result = Generated(
-        text=choice["text"],
-        finish_reason=choice["finish_reason"],
+        text=out.text,
+        finish_reason=out.finish_reason,
         prompt_tokens=reported_prompt_tokens(len(prompt), len(tokens), spec.truncate_prompt),
-        completion_tokens=out["usage"]["completion_tokens"],
+        completion_tokens=len(out.tokens),
         entries=entries,
         touched=touched,
     )
@@ -143,13 +147,8 @@ def _grammar(text: str | None) -> Any:
     return LlamaGrammar.from_string(text, verbose=False)
 
 
-def _entries(logprobs: dict[str, Any] | None) -> list[TokenEntry]:
-    if not logprobs:
-        return []
-    return [
-        TokenEntry(token, float(lp), {t: float(v) for t, v in (top or {}).items()})
-        for token, lp, top in zip(logprobs["tokens"], logprobs["token_logprobs"], logprobs["top_logprobs"])
-    ]
+def _entries(logprobs: list[TokenLogprobs] | None) -> list[TokenEntry]:
+    return [TokenEntry(e.text, e.logprob, e.top) for e in logprobs or []]
 
 
 def chat_logprobs(entries: Sequence[TokenEntry], k: int) -> dict[str, Any]:
