@@ -1,0 +1,182 @@
+"""Distribution test (MET): sampled completions of fixed prompts compared with the reference
+engine's by MMD with a Hamming kernel, permutations stratified by prompt.
+
+The reference pool is drawn once per (reference endpoint, settings) and frozen in the baseline
+store. Without a reference, the endpoint's first pool is frozen and later runs compare against it.
+Each sample has a fixed seed, so the same weights on the same engine give the same pool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from probes.base import Effect, Outcome, ProbeContext, ProbeResult, verdict_from_p
+from probes.client import ProbeUnavailable
+from probes.stats.evalues import window_e
+from probes.stats.mmd import mmd_test
+
+if TYPE_CHECKING:
+    from gateway.catalog import Endpoint
+    from probes.client import ProbeClient
+    from probes.settings import DistributionSettings
+
+# Pinned: changing a prompt changes the pool's key, so old frozen pools are not compared with it.
+PROMPTS: tuple[str, ...] = (
+    "Continue the story: The lighthouse keeper opened the door and",
+    "Write one sentence about the history of the bicycle.",
+    "Describe the water cycle in two sentences.",
+    "Continue: Once upon a time, in a village by the sea,",
+    "What is the capital of Australia, and why was it chosen?",
+    "Explain what a prime number is.",
+    "Continue the story: The train stopped in the middle of the desert.",
+    "Name three planets and one fact about each.",
+    "Write the opening line of a mystery novel.",
+    "How do bees make honey?",
+    "Continue: The old map showed a river that no longer existed.",
+    "Explain why the sky is blue.",
+    "Describe a busy market in the morning.",
+    "What did the Romans build roads for?",
+    "Continue the story: She found a letter hidden inside the piano.",
+    "Give a short definition of photosynthesis.",
+    "Write a sentence that starts with 'In the winter of 1902'.",
+    "Why do cats purr?",
+    "Continue: The robot looked at its hands for the first time.",
+    "Describe the taste of a lemon to someone who has never had one.",
+    "What is the tallest mountain in Africa?",
+    "Continue the story: At midnight the library lights turned on by themselves.",
+    "Explain how a compass works.",
+    "Write one sentence about the invention of paper.",
+    "Continue: The last bus of the night was nearly empty, except for",
+)
+
+Pool = dict[str, Any]  # {"texts": [...], "prompts": [index...], "prompt_tokens": {index: n}}
+
+
+def pool_key(settings: DistributionSettings, prompts: tuple[str, ...]) -> str:
+    spec = [prompts, settings.samples_per_prompt, settings.temperature, settings.max_tokens]
+    return "pool:" + hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
+
+
+async def draw_pool(
+    client: ProbeClient, prompts: tuple[str, ...], settings: DistributionSettings, step: Callable[[], None],
+    *, first_seed: int = 0,
+) -> tuple[Pool, int]:
+    """`samples_per_prompt` completions of each prompt, sample j of every prompt with seed
+    `first_seed + j`."""
+    texts: list[str] = []
+    indices: list[int] = []
+    prompt_tokens: dict[str, int] = {}
+    errors = 0
+    for i, prompt in enumerate(prompts):
+        for j in range(settings.samples_per_prompt):
+            body = {
+                "messages": [{"role": "user", "content": prompt}],
+                "temperature": settings.temperature,
+                "top_p": 1,
+                "max_tokens": settings.max_tokens,
+                "seed": first_seed + j,
+            }
+            try:
+                response = await client.chat(body)
+            except ProbeUnavailable:
+                errors += 1
+            else:
+                texts.append(_content(response))
+                indices.append(i)
+                tokens = (response.get("usage") or {}).get("prompt_tokens")
+                if isinstance(tokens, int):
+                    prompt_tokens[str(i)] = tokens
+            step()
+    return {"texts": texts, "prompts": indices, "prompt_tokens": prompt_tokens}, errors
+
+
+def _content(response: Mapping[str, Any]) -> str:
+    try:
+        content = response["choices"][0]["message"].get("content")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return ""
+    return content if isinstance(content, str) else ""
+
+
+def template_mismatches(sample: Pool, reference: Pool) -> list[int]:
+    """Prompts whose reported prompt tokens differ: a different chat template makes MMD meaningless."""
+    a, b = sample["prompt_tokens"], reference["prompt_tokens"]
+    return sorted(int(i) for i in a.keys() & b.keys() if a[i] != b[i])
+
+
+class Distribution:
+    name: ClassVar[str] = "distribution"
+    effect: ClassVar[Effect] = "confirm"
+
+    def applicable(self, endpoint: Endpoint) -> str | None:
+        if "chat" not in endpoint.deployment.capabilities.modes:
+            return "the deployment does not serve chat completions"
+        return None
+
+    async def run(self, ctx: ProbeContext) -> ProbeResult:
+        settings = ctx.settings.distribution
+        prompts = PROMPTS[: settings.prompts]
+        alpha = ctx.settings.health.confirm_alpha if ctx.confirm else settings.alpha
+        key = pool_key(settings, prompts)
+        per_side = len(prompts) * settings.samples_per_prompt
+        reference_pool: Mapping[str, Any] | None = None
+        if ctx.reference is not None:
+            reference_pool = await ctx.baselines.get(ctx.reference.endpoint_id, self.name, key)
+        else:
+            reference_pool = await ctx.baselines.get(ctx.endpoint.id, self.name, key)
+        total = per_side * (2 if ctx.reference is not None and reference_pool is None else 1)
+        done = 0
+
+        def step() -> None:
+            nonlocal done
+            done += 1
+            ctx.progress(done, total)
+
+        requests0, tokens0 = ctx.client.requests, ctx.client.tokens
+        sample, errors = await draw_pool(ctx.client, prompts, settings, step)
+        spent = {"tokens": ctx.client.tokens - tokens0, "requests": ctx.client.requests - requests0, "errors": errors}
+        if len(sample["texts"]) < 2:
+            return self._result("error", Outcome(statistic=0.0), spent, alpha, error="too few completions")
+
+        comparison = "reference" if ctx.reference is not None else "self"
+        frozen_now = False
+        if reference_pool is None:
+            frozen_now = True
+            if ctx.reference is not None:
+                reference_pool, reference_errors = await draw_pool(ctx.reference, prompts, settings, step)
+                if not reference_errors:  # only a complete pool is worth freezing
+                    await ctx.baselines.put(ctx.reference.endpoint_id, self.name, key, reference_pool, at=ctx.clock())
+            else:
+                await ctx.baselines.put(ctx.endpoint.id, self.name, key, sample, at=ctx.clock())
+                return self._result(
+                    "inconclusive", Outcome(statistic=0.0, samples=len(sample["texts"])), spent, alpha,
+                    comparison=comparison, pool="no reference engine: this endpoint's pool is frozen now",
+                )
+        if len(reference_pool["texts"]) < 2:
+            return self._result("error", Outcome(statistic=0.0), spent, alpha, error="too few reference completions")
+
+        outcome = mmd_test(
+            sample["texts"], sample["prompts"], reference_pool["texts"], reference_pool["prompts"],
+            max_chars=settings.max_chars, permutations=settings.permutations, rng=ctx.rng,
+        )
+        if outcome.p_value is not None:
+            outcome = replace(outcome, e_value=window_e(outcome.p_value, alpha, ctx.settings.health))
+        return self._result(
+            verdict_from_p(outcome.p_value, alpha), outcome, spent, alpha,
+            comparison=comparison, reference_frozen_now=frozen_now,
+            template_mismatches=template_mismatches(sample, dict(reference_pool)),
+            mean_chars=round(sum(map(len, sample["texts"])) / len(sample["texts"]), 1),
+            reference_mean_chars=round(sum(map(len, reference_pool["texts"])) / len(reference_pool["texts"]), 1),
+        )
+
+    def _result(
+        self, verdict: Any, outcome: Outcome, spent: Mapping[str, int], alpha: float, **details: Any
+    ) -> ProbeResult:
+        return ProbeResult.of(
+            self.name, verdict, outcome, effect=self.effect, tokens=spent["tokens"], requests=spent["requests"],
+            errors=spent["errors"], alpha=alpha, **details,
+        )

@@ -1,0 +1,95 @@
+"""Sampling fidelity: one-token samples at the requested temperature, with logprobs, tested (χ²)
+against the distribution the endpoint's own logprobs imply at that temperature. Logprobs are
+reported before temperature, so this is what catches an ignored or changed temperature."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from probes.base import Effect, Outcome, ProbeContext, ProbeResult, verdict_from_p
+from probes.client import ProbeUnavailable
+from probes.logprob_drift import first_token, logprobs_reason
+from probes.stats.evalues import window_e
+from probes.stats.fidelity import fidelity_test
+
+if TYPE_CHECKING:
+    from gateway.catalog import Endpoint
+
+
+class Chat(Protocol):
+    async def chat(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+
+async def sample_token(
+    client: Chat, prompt: str, *, temperature: float, top_logprobs: int, seed: int
+) -> tuple[str | None, dict[str, float]]:
+    """One sampled first token of the answer to `prompt`, and that position's top logprobs."""
+    body = {
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 1,
+        "temperature": temperature,
+        "top_p": 1,
+        "logprobs": True,
+        "top_logprobs": top_logprobs,
+        "seed": seed,
+    }
+    return first_token(await client.chat(body))
+
+
+def logprob_spread(tops: list[dict[str, float]]) -> float:
+    """The largest range of one token's logprob across answers (0 when they all agree)."""
+    common = set.intersection(*(set(t) for t in tops)) if tops else set()
+    return max((max(t[k] for t in tops) - min(t[k] for t in tops) for k in common), default=0.0)
+
+
+class Fidelity:
+    name: ClassVar[str] = "fidelity"
+    effect: ClassVar[Effect] = "evidence"
+
+    def applicable(self, endpoint: Endpoint) -> str | None:
+        return logprobs_reason(endpoint)
+
+    async def run(self, ctx: ProbeContext) -> ProbeResult:
+        settings = ctx.settings.fidelity
+        k = min(settings.top_logprobs, ctx.endpoint.deployment.capabilities.max_top_logprobs)
+        alpha = ctx.settings.health.confirm_alpha if ctx.confirm else settings.alpha
+        counts: Counter[str] = Counter()
+        tops: list[dict[str, float]] = []
+        errors = 0
+        requests0, tokens0 = ctx.client.requests, ctx.client.tokens
+        for i in range(settings.samples):
+            seed = int(ctx.rng.integers(2**31))
+            try:
+                token, top = await sample_token(
+                    ctx.client, settings.prompt, temperature=settings.temperature, top_logprobs=k, seed=seed
+                )
+            except ProbeUnavailable:
+                errors += 1
+            else:
+                if token is not None and top:
+                    counts[token] += 1
+                    tops.append(top)
+            ctx.progress(i + 1, settings.samples)
+        spent = {"tokens": ctx.client.tokens - tokens0, "requests": ctx.client.requests - requests0, "errors": errors}
+        if not tops:
+            reason = "every request failed" if errors == spent["requests"] else "no answer carried logprobs"
+            return self._result("error", Outcome(statistic=0.0), spent, alpha, error=reason)
+
+        outcome = fidelity_test(counts, tops[0], settings.temperature)
+        if outcome.p_value is not None:
+            outcome = replace(outcome, e_value=window_e(outcome.p_value, alpha, ctx.settings.health))
+        return self._result(
+            verdict_from_p(outcome.p_value, alpha), outcome, spent, alpha,
+            top_logprobs=k, logprob_spread=round(logprob_spread(tops), 6),
+        )
+
+    def _result(
+        self, verdict: Any, outcome: Outcome, spent: Mapping[str, int], alpha: float, **details: Any
+    ) -> ProbeResult:
+        return ProbeResult.of(
+            self.name, verdict, outcome, effect=self.effect, tokens=spent["tokens"], requests=spent["requests"],
+            errors=spent["errors"], alpha=alpha, **details,
+        )

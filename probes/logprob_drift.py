@@ -1,0 +1,191 @@
+"""Logprob drift (LT): one-token answers at T=0 with top logprobs, a window of `requests` per
+fixed prompt, tested against the endpoint's own frozen golden window and, when a reference engine
+serves the model, against a fresh reference window (Bonferroni over both and over prompts).
+
+The first run on an endpoint freezes its golden window; it is replaced only by a declared
+rebaseline (clearing the endpoint's baselines), never because of an alarm.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from probes.base import Effect, Outcome, ProbeContext, ProbeResult, verdict_from_p
+from probes.client import ProbeUnavailable
+from probes.stats.drift import drift_test
+from probes.stats.evalues import window_e
+
+if TYPE_CHECKING:
+    from gateway.catalog import Endpoint
+    from probes.client import ProbeClient
+    from probes.settings import ProbeSettings
+
+Window = dict[str, list[dict[str, float]]]
+
+
+def logprobs_reason(endpoint: Endpoint) -> str | None:
+    """Why an endpoint cannot answer a one-token chat request with top logprobs, or None."""
+    caps = endpoint.deployment.capabilities
+    if "chat" not in caps.modes:
+        return "the deployment does not serve chat completions"
+    if not caps.logprobs or caps.max_top_logprobs < 1:
+        return "the deployment returns no top logprobs"
+    return None
+
+
+def first_token(response: Mapping[str, Any]) -> tuple[str | None, dict[str, float]]:
+    """(sampled token, {token: logprob} of its top logprobs) at the first position; ({}) if absent."""
+    try:
+        entry = response["choices"][0]["logprobs"]["content"][0]
+    except (KeyError, IndexError, TypeError):
+        return None, {}
+    top: dict[str, float] = {}
+    for item in entry.get("top_logprobs") or ():
+        token, lp = item.get("token"), item.get("logprob")
+        if isinstance(token, str) and isinstance(lp, int | float):
+            top[token] = max(float(lp), top.get(token, float("-inf")))
+    token = entry.get("token")
+    return (token if isinstance(token, str) else None), top
+
+
+async def sample_window(
+    client: ProbeClient, prompts: Sequence[str], requests: int, top_logprobs: int, step: Callable[[], None]
+) -> tuple[Window, int]:
+    """`requests` one-token T=0 answers per prompt: (prompt -> top logprobs per answer, errors)."""
+    window: Window = {}
+    errors = 0
+    for prompt in prompts:
+        answers = window.setdefault(prompt, [])
+        for _ in range(requests):
+            body = {
+                "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": 1,
+                "temperature": 0,
+                "logprobs": True,
+                "top_logprobs": top_logprobs,
+            }
+            try:
+                _, top = first_token(await client.chat(body))
+            except ProbeUnavailable:
+                errors += 1
+            else:
+                if top:
+                    answers.append(top)
+            step()
+    return window, errors
+
+
+# A confirmatory re-run's smallest p-value (tests/(B+1) after Bonferroni) stays this many times
+# below confirm_alpha, so that a fault at the permutation floor is confirmed, not lost to a tie.
+CONFIRM_FLOOR_MARGIN = 20
+
+
+def drift_permutations(settings: ProbeSettings, *, confirm: bool, tests: int) -> int:
+    """Permutations per test: the configured count, raised in a confirmatory round when needed."""
+    if not confirm:
+        return settings.drift.permutations
+    floor_needs = math.ceil(CONFIRM_FLOOR_MARGIN * max(1, tests) / settings.health.confirm_alpha)
+    return max(settings.drift.permutations, floor_needs)
+
+
+def truncate(window: Window, k: int) -> Window:
+    """Each answer's k most likely tokens."""
+    return {
+        prompt: [dict(sorted(top.items(), key=lambda kv: -kv[1])[:k]) for top in answers]
+        for prompt, answers in window.items()
+    }
+
+
+class LogprobDrift:
+    name: ClassVar[str] = "logprob_drift"
+    effect: ClassVar[Effect] = "evidence"
+
+    def applicable(self, endpoint: Endpoint) -> str | None:
+        return logprobs_reason(endpoint)
+
+    async def run(self, ctx: ProbeContext) -> ProbeResult:
+        settings = ctx.settings.drift
+        caps = ctx.endpoint.deployment.capabilities
+        k = min(settings.top_logprobs, caps.max_top_logprobs)
+        alpha = ctx.settings.health.confirm_alpha if ctx.confirm else settings.alpha
+        sides = 2 if ctx.reference is not None else 1
+        permutations = drift_permutations(ctx.settings, confirm=ctx.confirm, tests=len(settings.prompts) * sides)
+        total = len(settings.prompts) * settings.requests * sides
+        done = 0
+
+        def step() -> None:
+            nonlocal done
+            done += 1
+            ctx.progress(done, total)
+
+        requests0, tokens0 = ctx.client.requests, ctx.client.tokens
+        window, errors = await sample_window(ctx.client, settings.prompts, settings.requests, k, step)
+        spent = {"tokens": ctx.client.tokens - tokens0, "requests": ctx.client.requests - requests0, "errors": errors}
+        answered = sum(len(v) for v in window.values())
+        if answered == 0:
+            reason = "every request failed" if errors == spent["requests"] else "no answer carried logprobs"
+            return self._result("error", Outcome(statistic=0.0), spent, alpha, error=reason, top_logprobs=k)
+
+        comparisons: dict[str, Outcome] = {}
+        key = f"golden:k{k}"
+        golden = await ctx.baselines.get(ctx.endpoint.id, self.name, key)
+        # A golden window needs every prompt answered at least twice; otherwise the next run tries again.
+        complete = all(len(window.get(p, ())) >= 2 for p in settings.prompts)
+        if golden is None:
+            if complete:
+                frozen = {"window": window, "top_logprobs": k}
+                await ctx.baselines.put(ctx.endpoint.id, self.name, key, frozen, at=ctx.clock())
+        else:
+            comparisons["golden"] = drift_test(
+                window, golden["window"], permutations=permutations, rng=ctx.rng
+            )
+        reference_tokens = 0
+        if ctx.reference is not None:
+            # Both sides at the smaller top-k: imputation depends on how many tokens a response lists.
+            k_ref = min(k, ctx.reference.endpoint.deployment.capabilities.max_top_logprobs)
+            before = ctx.reference.tokens
+            ref_window, _ = await sample_window(ctx.reference, settings.prompts, settings.requests, k_ref, step)
+            reference_tokens = ctx.reference.tokens - before
+            comparisons["reference"] = drift_test(
+                truncate(window, k_ref), truncate(ref_window, k_ref), permutations=permutations, rng=ctx.rng
+            )
+
+        outcome = _combine(comparisons, answered)
+        if outcome.p_value is not None:
+            outcome = replace(outcome, e_value=window_e(outcome.p_value, alpha, ctx.settings.health))
+        verdict = verdict_from_p(outcome.p_value, alpha)
+        details: dict[str, Any] = {"top_logprobs": k, "reference_tokens": reference_tokens}
+        if golden is None:
+            details["golden"] = (
+                "frozen now: later runs test against this window" if complete
+                else "not frozen: too few answers; the next run tries again"
+            )
+        return self._result(verdict, outcome, spent, alpha, **details)
+
+    def _result(
+        self, verdict: Any, outcome: Outcome, spent: Mapping[str, int], alpha: float, **details: Any
+    ) -> ProbeResult:
+        return ProbeResult.of(
+            self.name, verdict, outcome, effect=self.effect, tokens=spent["tokens"], requests=spent["requests"],
+            errors=spent["errors"], alpha=alpha, **details,
+        )
+
+
+def _combine(comparisons: Mapping[str, Outcome], answered: int) -> Outcome:
+    """Bonferroni over the comparisons that produced a p-value; the golden statistic leads."""
+    tested = {name: o for name, o in comparisons.items() if o.p_value is not None}
+    details = {
+        name: {"statistic": o.statistic, "p_value": o.p_value, "prompts": o.details.get("prompts", {})}
+        for name, o in comparisons.items()
+    }
+    if not tested:
+        return Outcome(statistic=0.0, samples=answered, details={"comparisons": details})
+    p = min(1.0, len(tested) * min(float(o.p_value) for o in tested.values()))  # type: ignore[arg-type]
+    lead = tested.get("golden") or next(iter(tested.values()))
+    return Outcome(
+        statistic=lead.statistic, p_value=p, samples=answered, reference_samples=lead.reference_samples,
+        details={"comparisons": details},
+    )

@@ -1,0 +1,102 @@
+import json
+
+import numpy as np
+import pytest
+
+from probes.base import ProbeContext
+from probes.baselines import MemoryBaselines
+from probes.fidelity import Fidelity, logprob_spread
+from probes.settings import FidelitySettings, ProbeSettings
+from probes.testbed.harness import EndpointSpec, Testbed
+from tests.fakes.catalog import make_endpoint
+from tests.probes.fakes import FakeProbeClient, ToyModel, chat_json, live_clients, unavailable
+
+SETTINGS = ProbeSettings(fidelity=FidelitySettings(samples=200))
+
+
+def _ctx(model, *, seed=0, cap=20, confirm=False):
+    endpoint = make_endpoint("prov/m", capabilities={"max_top_logprobs": cap})
+    return ProbeContext(
+        endpoint=endpoint,
+        client=FakeProbeClient(endpoint, model),
+        settings=SETTINGS,
+        baselines=MemoryBaselines(),
+        rng=np.random.default_rng(seed),
+        clock=lambda: 1_000.0,
+        confirm=confirm,
+    )
+
+
+def test_not_applicable_without_logprobs():
+    assert "logprobs" in Fidelity().applicable(make_endpoint("a/m", capabilities={"logprobs": False}))
+
+
+def test_logprob_spread():
+    assert logprob_spread([{"a": -1.0, "b": -2.0}, {"a": -1.5, "c": -3.0}]) == pytest.approx(0.5)
+    assert logprob_spread([]) == 0.0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+async def test_honest_sampling_passes(seed):
+    ctx = _ctx(ToyModel(seed=seed), seed=seed)
+    result = await Fidelity().run(ctx)
+    assert result.verdict == "pass"
+    assert result.samples == 200
+    assert result.e_value == 0.5
+    assert len({b["seed"] for b in ctx.client.bodies}) > 190
+    assert {b["temperature"] for b in ctx.client.bodies} == {1.0}
+
+
+async def test_served_temperature_is_caught_and_estimated():
+    result = await Fidelity().run(_ctx(ToyModel(served_temperature=0.7)))
+    assert result.verdict == "fail"
+    assert 0.55 < result.details["temperature_estimate"] < 0.85
+    assert result.tokens_spent == 200 * 11
+    json.dumps(result.details)  # stored as JSON
+
+
+async def test_confirm_uses_the_confirm_alpha():
+    result = await Fidelity().run(_ctx(ToyModel(), confirm=True))
+    assert result.details["alpha"] == SETTINGS.health.confirm_alpha
+
+
+async def test_failures_give_an_error():
+    result = await Fidelity().run(_ctx(unavailable))
+    assert result.verdict == "error"
+    assert result.errors == 200
+    no_logprobs = await Fidelity().run(_ctx(lambda body: chat_json("a")))
+    assert no_logprobs.details["error"] == "no answer carried logprobs"
+
+
+# -- the real model, through the testbed ---------------------------------------------------------
+# Each sample's seed comes from rng seed 0 (honest) or 1 (served temperature 0.7).
+
+LIVE = ProbeSettings(fidelity=FidelitySettings(samples=80))
+
+
+@pytest.fixture(scope="module")
+def testbed():
+    with Testbed([EndpointSpec("target", model="smollm2")], threads=1) as tb:
+        yield tb
+
+
+async def test_live_fidelity_passes_honest_and_fails_a_served_temperature(testbed):
+    testbed.clear_fault("target")
+    try:
+        async with live_clients({"target": testbed.base_url("target")}) as clients:
+
+            async def run(seed):
+                ctx = ProbeContext(
+                    endpoint=clients["target"].endpoint, client=clients["target"], settings=LIVE,
+                    baselines=MemoryBaselines(), rng=np.random.default_rng(seed), clock=lambda: 1_000.0,
+                )
+                return await Fidelity().run(ctx)
+
+            honest = await run(0)
+            assert honest.verdict == "pass", honest.details
+            testbed.set_fault("target", {"temperature": 0.7})
+            cooled = await run(1)
+            assert cooled.verdict == "fail", cooled.details
+            assert cooled.details["temperature_estimate"] < 0.9
+    finally:
+        testbed.clear_fault("target")

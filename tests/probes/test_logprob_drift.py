@@ -1,0 +1,201 @@
+import json
+
+import numpy as np
+import pytest
+
+from probes.base import ProbeContext
+from probes.baselines import MemoryBaselines
+from probes.logprob_drift import LogprobDrift, first_token, truncate
+from probes.settings import DriftSettings, ProbeSettings
+from probes.testbed.harness import EndpointSpec, Testbed
+from tests.fakes.catalog import make_endpoint
+from tests.probes.fakes import FakeProbeClient, ToyModel, chat_json, live_clients, unavailable
+
+SETTINGS = ProbeSettings(drift=DriftSettings(requests=6, permutations=300))
+
+
+def _ctx(model, *, reference=None, baselines=None, cap=20, confirm=False, seed=0, progress=None):
+    endpoint = make_endpoint("prov/m", capabilities={"max_top_logprobs": cap})
+    ref = None
+    if reference is not None:
+        ref = FakeProbeClient(make_endpoint("local/m"), reference)
+    return ProbeContext(
+        endpoint=endpoint,
+        client=FakeProbeClient(endpoint, model),
+        settings=SETTINGS,
+        baselines=baselines or MemoryBaselines(),
+        rng=np.random.default_rng(seed),
+        clock=lambda: 1_000.0,
+        reference=ref,
+        progress=progress or (lambda done, total: None),
+        confirm=confirm,
+    )
+
+
+def test_not_applicable_without_logprobs():
+    probe = LogprobDrift()
+    assert "logprobs" in probe.applicable(make_endpoint("a/m", capabilities={"logprobs": False}))
+    assert "logprobs" in probe.applicable(make_endpoint("a/m", capabilities={"max_top_logprobs": 0}))
+    assert probe.applicable(make_endpoint("a/m")) is None
+
+
+def test_first_token_reads_the_first_position():
+    token, top = first_token(chat_json("a", top={"a": -0.1, "b": -2.5}))
+    assert token == "a"
+    assert top == {"a": -0.1, "b": -2.5}
+    assert first_token({"choices": [{"message": {"content": "a"}}]}) == (None, {})
+
+
+async def test_first_run_freezes_the_golden_window():
+    seen = []
+    baselines = MemoryBaselines()
+    ctx = _ctx(ToyModel(), baselines=baselines, cap=5, progress=lambda d, t: seen.append((d, t)))
+    result = await LogprobDrift().run(ctx)
+    assert result.verdict == "inconclusive"
+    assert result.requests == 4 * 6
+    assert seen[-1] == (24, 24)
+    body = ctx.client.bodies[0]
+    assert (body["max_tokens"], body["temperature"], body["top_logprobs"]) == (1, 0, 5)
+    golden = await baselines.get("prov/m", "logprob_drift", "golden:k5")
+    assert golden is not None and len(golden["window"]["x"]) == 6
+    assert "frozen" in result.details["golden"]
+
+
+async def test_honest_endpoint_passes_against_its_golden():
+    baselines = MemoryBaselines()
+    await LogprobDrift().run(_ctx(ToyModel(noise=0.02, seed=1), baselines=baselines))
+    result = await LogprobDrift().run(_ctx(ToyModel(noise=0.02, seed=2), baselines=baselines, seed=1))
+    assert result.verdict == "pass"
+    assert result.p_value > 0.05
+    assert result.e_value == 0.5
+    assert set(result.details["comparisons"]["golden"]["prompts"]) == set(SETTINGS.drift.prompts)
+
+
+async def test_changed_weights_fail_against_the_golden():
+    baselines = MemoryBaselines()
+    await LogprobDrift().run(_ctx(ToyModel(noise=0.02, seed=1), baselines=baselines))
+    result = await LogprobDrift().run(_ctx(ToyModel(shift=0.3, noise=0.02, seed=2), baselines=baselines))
+    assert result.verdict == "fail"
+    assert result.e_value == 10.5
+    assert result.statistic > 0.05
+    assert result.tokens_spent == 24 * 11
+    json.dumps(result.details)  # stored as JSON
+
+
+async def test_reference_comparison_on_the_first_run():
+    honest = await LogprobDrift().run(_ctx(ToyModel(), reference=ToyModel()))
+    assert honest.verdict == "pass"
+    assert honest.details["comparisons"]["reference"]["statistic"] == pytest.approx(0.0, abs=1e-12)
+    swapped = await LogprobDrift().run(_ctx(ToyModel("other"), reference=ToyModel()))
+    assert swapped.verdict == "fail"
+    assert swapped.details["reference_tokens"] == 24 * 11
+
+
+async def test_a_reference_with_a_smaller_top_k_is_compared_at_its_k():
+    ctx = _ctx(ToyModel(), reference=ToyModel())
+    ctx.reference.endpoint = make_endpoint("local/m", capabilities={"max_top_logprobs": 5})
+    result = await LogprobDrift().run(ctx)
+    assert result.verdict == "pass"
+    assert {b["top_logprobs"] for b in ctx.reference.bodies} == {5}
+    assert {b["top_logprobs"] for b in ctx.client.bodies} == {20}
+
+
+def test_truncate_keeps_the_most_likely():
+    assert truncate({"x": [{"a": -3.0, "b": -0.5, "c": -1.0}]}, 2) == {"x": [{"b": -0.5, "c": -1.0}]}
+
+
+async def test_a_window_with_too_few_answers_is_not_frozen():
+    model = ToyModel()
+    calls = {"n": 0}
+
+    def first_prompt_fails(body):
+        calls["n"] += 1
+        return unavailable(body) if calls["n"] <= 5 else model(body)
+
+    baselines = MemoryBaselines()
+    result = await LogprobDrift().run(_ctx(first_prompt_fails, baselines=baselines))
+    assert result.verdict == "inconclusive"
+    assert "not frozen" in result.details["golden"]
+    assert await baselines.get("prov/m", "logprob_drift", "golden:k20") is None
+
+
+async def test_confirm_uses_the_confirm_alpha():
+    result = await LogprobDrift().run(_ctx(ToyModel(), reference=ToyModel(), confirm=True))
+    assert result.details["alpha"] == SETTINGS.health.confirm_alpha
+
+
+async def test_unavailable_endpoint_is_an_error_not_a_verdict():
+    result = await LogprobDrift().run(_ctx(unavailable))
+    assert result.verdict == "error"
+    assert result.errors == 24
+    assert result.details["error"] == "every request failed"
+
+
+async def test_answers_without_logprobs_are_an_error():
+    result = await LogprobDrift().run(_ctx(lambda body: chat_json("a")))
+    assert result.verdict == "error"
+    assert result.errors == 0
+    assert result.details["error"] == "no answer carried logprobs"
+
+
+@pytest.mark.parametrize("failures", [3])
+async def test_some_failures_are_counted_but_the_test_runs(failures):
+    model = ToyModel()
+    calls = {"n": 0}
+
+    def flaky(body):
+        calls["n"] += 1
+        return unavailable(body) if calls["n"] <= failures else model(body)
+
+    result = await LogprobDrift().run(_ctx(flaky, reference=ToyModel()))
+    assert result.errors == failures
+    assert result.verdict == "pass"
+    assert result.samples == 24 - failures
+
+
+# -- the real model, through the testbed ---------------------------------------------------------
+# Requests are at T=0, so the answers are deterministic; the permutation tests use rng seed 0.
+
+# 6 requests a prompt: a window that differs in every answer gets p about 0.003 per prompt.
+LIVE = ProbeSettings(drift=DriftSettings(prompts=("x", "the 7"), requests=6, permutations=1000))
+
+
+@pytest.fixture(scope="module")
+def testbed():
+    with Testbed([EndpointSpec("target", model="smollm2"), EndpointSpec("ref", model="smollm2", process=1)], threads=1) as tb:
+        yield tb
+
+
+async def test_live_drift_passes_honest_and_fails_requantized_and_substituted(testbed):
+    testbed.clear_fault("target")
+    baselines = MemoryBaselines()
+    urls = {name: testbed.base_url(name) for name in ("target", "ref")}
+    try:
+        async with live_clients(urls) as clients:
+
+            async def run(reference=True):
+                ctx = ProbeContext(
+                    endpoint=clients["target"].endpoint, client=clients["target"], settings=LIVE, baselines=baselines,
+                    rng=np.random.default_rng(0), clock=lambda: 1_000.0, reference=clients["ref"] if reference else None,
+                )
+                return await LogprobDrift().run(ctx)
+
+            first = await run()  # freezes the golden window; the reference is another process
+            assert first.verdict == "pass", first.details
+            assert set(first.details["comparisons"]) == {"reference"}
+            honest = await run(reference=False)
+            assert honest.verdict == "pass", honest.details
+            assert set(honest.details["comparisons"]) == {"golden"}
+
+            testbed.set_fault("target", {"quantize": "Q2_K"})
+            quantized = await run(reference=False)
+            assert quantized.verdict == "fail", quantized.details
+            assert set(quantized.details["comparisons"]) == {"golden"}
+            assert quantized.p_value <= 0.01
+
+            testbed.set_fault("target", {"substitute": "gemma3-270m"})
+            swapped = await run()
+            assert swapped.verdict == "fail", swapped.details
+            assert swapped.details["comparisons"]["reference"]["p_value"] <= 0.01
+    finally:
+        testbed.clear_fault("target")
