@@ -15,7 +15,7 @@ from starlette.middleware import Middleware
 from gateway.catalog import Catalog, Endpoint, endpoints_from_settings
 from gateway.config import Settings
 from gateway.health_states import HealthStates
-from gateway.http import admin, admin_api, health, openai_routes, route_admin
+from gateway.http import admin, admin_api, admin_probes, health, openai_routes, route_admin
 from gateway.http import dashboard
 from gateway.http import metrics as metrics_route
 from gateway.http.errors import method_not_allowed, not_found, server_error
@@ -29,7 +29,11 @@ from gateway.routing.router import Router
 from gateway.routing.shared import SharedState
 from gateway.state import AppState
 from gateway.state_store import StateStore, open_store
-from providers.http import AiohttpClient, HTTPClient, Timeouts
+from probes.toolcalls.passive import ToolCallMonitor
+from providers.http import HTTPClient, Timeouts
+from providers.http_native import NativeClient
+from probes.runner import build_runner
+from probes.scheduler import build_scheduler
 
 log = logging.getLogger("gateway")
 
@@ -66,13 +70,23 @@ def build_state(
     shared = SharedState(settings.routing, settings.state_store, catalog, store, breaker, health=health_states, clock=clock)
     router = Router(settings.routing, catalog, shared, clock=clock, rng=random.Random(rng.random()) if rng else None)
     dispatcher.observer = router
+    tool_monitor = ToolCallMonitor(
+        health_states,
+        settings.probes.health,
+        wall=persistence.wall if persistence else time.time,
+        persist=persistence.record_transition if persistence else None,
+        count=metrics.tool_call_results if metrics else None,
+    )
+    dispatcher.tracer = tool_monitor.start
     return AppState(
         settings=settings,
         catalog=catalog,
         auth=Authenticator(settings.auth),
         breaker=breaker,
         dispatcher=dispatcher,
-        accountant=Accountant(prices.get, clock, sinks, keep_bodies=keep_bodies, observers=(router.finished,)),
+        accountant=Accountant(
+            prices.get, clock, sinks, keep_bodies=keep_bodies, observers=(router.finished, tool_monitor.finished)
+        ),
         client=client,
         clock=clock,
         engines=engines,
@@ -81,13 +95,14 @@ def build_state(
         persistence=persistence,
         router=router,
         shared=shared,
+        tool_monitor=tool_monitor,
     )
 
 
 def create_app(
     settings: Settings,
     *,
-    client_factory: Callable[[], HTTPClient] = AiohttpClient,
+    client_factory: Callable[[], HTTPClient] = NativeClient,
     extra_endpoints: Sequence[Endpoint] = (),
     engines: Sequence[Any] = (),
     clock: Callable[[], float] = time.perf_counter,
@@ -96,7 +111,7 @@ def create_app(
 ) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, AppState]]:
-        client = client_factory()  # inside the running loop: aiohttp binds to it
+        client = client_factory()  # inside the running loop: the client binds to it
         state = build_state(
             settings, client=client, extra_endpoints=extra_endpoints, engines=engines, clock=clock, rng=rng, store=store
         )
@@ -107,19 +122,27 @@ def create_app(
             await state.persistence.start(state.catalog, state.auth, state.health)
         if state.auth.open_access:
             log.warning("no gateway key is configured: the API accepts requests without a key")
+        state.probes = build_runner(state)
+        scheduler = build_scheduler(state, state.probes) if settings.probes.enabled else None
+        if scheduler is not None:
+            scheduler.start()
         log.info(
             "gateway ready: %d endpoints for %d models", len(state.catalog.endpoints), len(state.catalog.models())
         )
         try:
             yield {"gw": state}
         finally:
+            if scheduler is not None:
+                await scheduler.aclose()
+            if state.tool_monitor is not None:
+                await state.tool_monitor.aclose()  # health transitions still being stored
             if state.persistence is not None:
                 await state.persistence.aclose()  # flushes the record queue
             await state.shared.aclose()
             await client.aclose()
 
     return Starlette(
-        routes=[*openai_routes.routes, *health.routes, *admin.routes, *admin_api.routes, *metrics_route.routes, *route_admin.routes, *dashboard.routes],
+        routes=[*openai_routes.routes, *health.routes, *admin.routes, *admin_api.routes, *admin_probes.routes, *metrics_route.routes, *route_admin.routes, *dashboard.routes],
         middleware=[Middleware(RequestIdMiddleware)],
         exception_handlers={404: not_found, 405: method_not_allowed, Exception: server_error},
         lifespan=lifespan,

@@ -11,7 +11,7 @@ Labels are bounded: endpoint and provider come from the catalog, model is a cata
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,7 +69,17 @@ class GatewayMetrics:
         self.probe_runs = Counter(
             "gateway_probe_runs", "Probe outcomes, by probe and verdict.", ["endpoint", "probe", "verdict"], registry=r
         )
+        self.tool_calls = Counter(
+            "gateway_tool_calls",
+            "Tool calls in live responses, by validator result (ok, invalid_json, unknown_name, schema_mismatch, ...).",
+            ["endpoint", "result"],
+            registry=r,
+        )
         self.sink = MetricsSink(self, catalog)
+
+    def tool_call_results(self, endpoint_id: str, counts: Mapping[str, int]) -> None:
+        for result, n in counts.items():
+            self.tool_calls.labels(endpoint_id, result).inc(n)
 
     def probe_outcome(self, endpoint_id: str, probe: str, verdict: str) -> None:
         self.probe_runs.labels(endpoint_id, probe, verdict).inc()

@@ -16,6 +16,7 @@ from gateway.metrics import GatewayMetrics
 
 if TYPE_CHECKING:  # imported lazily: SQLAlchemy only loads when persistence is on
     from gateway.persistence.runtime import Persistence
+    from probes.toolcalls.passive import ToolCallMonitor
 from gateway.pipeline.account import Accountant
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.dispatch import Dispatcher
@@ -46,3 +47,7 @@ class AppState:
     shared: SharedState | None = None
     # Dashboard sign-in sessions (gateway.http.dashboard); the admin guard accepts them.
     sessions: SessionStore = field(default_factory=SessionStore)
+    # The probe runner (probes.runner.ProbeRunner): on-demand audits and the scheduler use it.
+    probes: Any = None
+    # Passive tool-call validation of live responses (counts per endpoint; alarms make it suspect).
+    tool_monitor: ToolCallMonitor | None = None

@@ -79,8 +79,11 @@ class HealthSettings(_Frozen):
     # low + high * alpha == 1), accumulated e-CUSUM style: M = e * max(1, M).
     window_e_low: float = Field(0.5, ge=0)
     window_e_high: float = Field(10.0, gt=0)
-    suspect_e: float = Field(20.0, gt=1)
-    demote_e: float = Field(720.0, gt=1)
+    # Hourly windows: null e-CUSUM alarms average at least suspect_e windows (~42 days) apart,
+    # and an alarm demotes only if the alarming probe fails its confirmatory re-run
+    # (bench/health_sim.py). demote_e >= (low + high) * suspect_e: no null path skips that re-run.
+    suspect_e: float = Field(1000.0, gt=1)
+    demote_e: float = Field(20_000.0, gt=1)
     confirm_alpha: float = Field(0.01, gt=0, lt=1)
     # Routing weight (the quality score routing multiplies in) while suspect and on probation.
     suspect_weight: float = Field(0.5, gt=0, le=1)

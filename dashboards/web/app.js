@@ -538,7 +538,67 @@
     const verdict = $("pr-verdict").value;
     if (runs.data && verdict) runs.data = { data: runs.data.data.filter((r) => (r.verdict || "running") === verdict) };
     renderRuns($("probes-table"), $("probes-empty"), runs, true);
+    $("pr-audit").disabled = auditing || !select.value;
     show($("probes-notice"), false);
+  }
+
+  // --- on-demand audit (POST /admin/api/probes/run streams NDJSON events, then a summary) ------
+
+  let auditing = false;
+
+  function auditEvent(e, status) {
+    if (e.event === "progress") status.textContent = "Auditing " + e.endpoint + ": " + e.probe + " " + e.done + "/" + e.total;
+    else if (e.event === "result") status.textContent = "Auditing " + e.endpoint + ": " + e.probe + " " + e.verdict;
+    else if (e.event === "error") throw new Error(e.message);
+  }
+
+  async function startAudit() {
+    const id = $("pr-endpoint").value;
+    const status = $("pr-audit-status");
+    if (!id || auditing) return;
+    auditing = true;
+    $("pr-audit").disabled = true;
+    status.removeAttribute("data-verdict");
+    status.textContent = "Auditing " + id + "\u2026";
+    try {
+      const headers = { "content-type": "application/json", accept: "application/x-ndjson" };
+      if (csrf) headers["x-csrf-token"] = csrf;
+      const res = await fetch("/admin/api/probes/run", {
+        method: "POST", headers, body: JSON.stringify({ endpoint: id }), credentials: "same-origin", cache: "no-store",
+      });
+      if (!res.ok) {
+        let message = res.statusText;
+        try { message = (await res.json()).error.message; } catch (e) { /* not JSON */ }
+        throw new Error(message);
+      }
+      const reader = res.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "", summary = null;
+      for (;;) {
+        const { value, done } = await reader.read();
+        buffer += decoder.decode(value || new Uint8Array(), { stream: !done });
+        const lines = buffer.split("\n");
+        buffer = lines.pop();
+        for (const line of lines.filter((l) => l.trim())) {
+          const e = JSON.parse(line);
+          if (e.event === "summary") summary = e; else auditEvent(e, status);
+        }
+        if (done) break;
+      }
+      if (!summary) throw new Error("the audit ended without a summary");
+      const run = summary.runs[0];
+      const moves = run.transitions.map((t) => t.from + " \u2192 " + t.to).join(", ");
+      status.textContent = "Audit of " + id + ": " + summary.verdict.toUpperCase() + ", now " + run.state +
+        (moves ? " (" + moves + ")" : "") + ".";
+      status.setAttribute("data-verdict", summary.verdict);
+      await loadProbes();
+    } catch (e) {
+      status.textContent = "The audit failed: " + e.message;
+      status.setAttribute("data-verdict", "error");
+    } finally {
+      auditing = false;
+      $("pr-audit").disabled = !$("pr-endpoint").value;
+    }
   }
 
   // --- keys and spend ------------------------------------------------------------------------
@@ -581,6 +641,7 @@
     $("ep-window").addEventListener("change", () => route());
     $("pr-endpoint").addEventListener("change", () => loadProbes().catch(console.error));
     $("pr-verdict").addEventListener("change", () => loadProbes().catch(console.error));
+    $("pr-audit").addEventListener("click", () => startAudit());
     $("sp-days").addEventListener("change", () => loadSpend().catch(console.error));
     $("ep-demote").addEventListener("click", () => openAction("demote"));
     $("ep-restore").addEventListener("click", () => openAction("restore"));

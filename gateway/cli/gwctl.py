@@ -12,8 +12,11 @@ from collections.abc import Callable, Sequence
 from gateway.cli import db as db_cmd
 from gateway.cli import engines as engines_cmd
 from gateway.cli import keys as keys_cmd
+from gateway.cli import probe as probe_cmd
 from gateway.cli import route as route_cmd
 from gateway.cli import serve as serve_cmd
+from gateway.cli import testbed as testbed_cmd
+from gateway.cli import worker as worker_cmd
 from gateway.errors import ConfigError
 
 Command = Callable[[argparse.Namespace], int]
@@ -35,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     route_cmd.add_parser(sub)
     db_cmd.add_parser(sub)
     keys_cmd.add_parser(sub)
+    testbed_cmd.add_parser(sub)
+    probe_cmd.add_parser(sub)
+    worker_cmd.add_parser(sub)
     return parser
 
 

@@ -138,6 +138,34 @@ def openapi() -> dict[str, Any]:
                 "parameters": [{"name": "run_id", "in": "path", "required": True, "schema": {"type": "integer"}}],
             }
         },
+        "/admin/api/probes/run": {
+            "post": {
+                **_op(
+                    "Run probes on an endpoint now (an on-demand audit): NDJSON progress events, then a summary",
+                    body={
+                        "type": "object",
+                        "properties": {
+                            "provider": {"type": "string"},
+                            "model": {"type": "string"},
+                            "endpoint": {"type": "string"},
+                            "probes": {
+                                "type": "array",
+                                "items": {"type": "string"},
+                                "description": "Probe or suite names (default: the quality suite)",
+                            },
+                        },
+                    },
+                    errors=(400, 404),
+                ),
+                "responses": {
+                    **_op("", errors=(400, 404))["responses"],
+                    "200": {
+                        "description": "One JSON event a line; the last is the summary (verdict, runs, transitions)",
+                        "content": {"application/x-ndjson": {"schema": {"type": "object"}}},
+                    },
+                },
+            }
+        },
         "/admin/api/health": {"get": _op("Current health state of every endpoint", response=_LIST)},
         "/admin/api/health/transitions": {
             "get": _op(

@@ -192,6 +192,19 @@ endpoint_states = Table(
     Column("updated_at", UTCDateTime, nullable=False),
 )
 
+# Frozen probe baselines per (endpoint, probe, key): golden windows, reference self-runs.
+probe_baselines = Table(
+    "probe_baselines",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("endpoint_id", String(256), nullable=False),
+    Column("probe", String(64), nullable=False),
+    Column("key", String(256), nullable=False),
+    Column("data", JSON, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    UniqueConstraint("endpoint_id", "probe", "key"),
+)
+
 manual_actions = Table(
     "manual_actions",
     metadata,

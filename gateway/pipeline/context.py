@@ -33,6 +33,9 @@ class RequestContext:
     route: Any = None
     route_header: str | None = None
     body_extra: dict[str, dict[str, Any]] | None = None
+    # Set only when the request carries tools: gathers the response's calls for the passive
+    # tool-call monitor (probes.toolcalls.trace.ToolTrace).
+    tool_trace: Any = None
 
     def body_for(self, endpoint_id: str) -> dict[str, Any]:
         extra = self.body_extra.get(endpoint_id) if self.body_extra else None

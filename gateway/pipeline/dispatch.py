@@ -100,6 +100,9 @@ class Dispatcher:
         observer: AttemptObserver | None = None,
     ) -> None:
         self.observer = observer
+        # Called once per request before the first attempt: the passive tool-call monitor
+        # attaches a trace (ctx.tool_trace) to requests that carry tools.
+        self.tracer: Callable[[RequestContext], None] | None = None
         self._client = client
         self._breaker = breaker
         self._retry = retry
@@ -112,6 +115,8 @@ class Dispatcher:
         if not ordering.endpoints:
             raise _restarting(ctx)
         ctx.fail_open = ordering.fail_open
+        if self.tracer is not None:
+            self.tracer(ctx)
         if ordering.fail_open:
             log.warning("every endpoint for %s is ruled out (%s); trying them anyway", ctx.model, ordering.fail_open)
         last: ProviderError | None = None
@@ -149,6 +154,8 @@ class Dispatcher:
                 self._breaker.record(endpoint.id, True, self._clock())
                 if self.observer is not None:
                     self.observer.attempt_committed(ctx, endpoint, self._clock())
+                if ctx.tool_trace is not None and isinstance(result, Completed):
+                    ctx.tool_trace.feed_body(result.body)
                 return result
         if not any(ep.is_ready() for ep in ordering.endpoints):
             raise _restarting(ctx)  # they failed because they died: say so, as a retryable 503

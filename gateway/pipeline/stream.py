@@ -29,9 +29,12 @@ async def relay(
     on_finish: Callable[[RequestContext], None],
 ) -> AsyncIterator[bytes]:
     parts = ctx.response_parts
+    trace = ctx.tool_trace  # only for requests with tools
     try:
         if parts is not None:
             parts.extend(streaming.first)
+        if trace is not None:
+            trace.feed_chunks(streaming.first)
         first = _events(streaming.first)
         if streaming.done:
             yield first + DONE
@@ -43,6 +46,8 @@ async def relay(
                 ctx.usage = chunk.usage
             if parts is not None:
                 parts.extend(chunk.payloads)
+            if trace is not None:
+                trace.feed_chunks(chunk.payloads)
             out = _events(chunk.payloads)
             if chunk.done:
                 yield out + DONE

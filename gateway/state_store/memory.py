@@ -29,6 +29,8 @@ class MemoryStore:
         self._latency: dict[str, tuple[float, dict[str, float]]] = {}
         self._log: deque[tuple[int, AffinityEntry]] = deque(maxlen=AFFINITY_LOG_MAX)
         self._seq = 0
+        self._kv: dict[str, tuple[float, bytes]] = {}  # key -> (expires, value): probe evidence
+        self._leases: dict[str, tuple[float, str]] = {}  # key -> (expires, owner): probe leases
         self.closed = False
 
     async def ping(self) -> None:
@@ -139,3 +141,29 @@ class MemoryStore:
         start = max(0, after - self._log[0][0] + 1) if self._log else 0
         picked = list(islice(self._log, start, start + limit))
         return [entry for _, entry in picked], str(picked[-1][0] if picked else max(after, 0))
+
+    # -- key/value and leases (probes) ---------------------------------------------------
+
+    async def kv_get(self, key: str) -> bytes | None:
+        entry = self._kv.get(key)
+        if entry is None or entry[0] <= self._clock():
+            self._kv.pop(key, None)
+            return None
+        return entry[1]
+
+    async def kv_put(self, key: str, value: bytes, ttl_s: float) -> None:
+        self._kv[key] = (self._clock() + ttl_s, value)
+
+    async def lease_acquire(self, key: str, owner: str, ttl_s: float) -> bool:
+        """Take the lease if it is free or expired, or renew it if `owner` holds it; True when held."""
+        now = self._clock()
+        held = self._leases.get(key)
+        if held is not None and held[0] > now and held[1] != owner:
+            return False
+        self._leases[key] = (now + ttl_s, owner)
+        return True
+
+    async def lease_release(self, key: str, owner: str) -> None:
+        held = self._leases.get(key)
+        if held is not None and held[1] == owner:
+            del self._leases[key]

@@ -10,6 +10,8 @@ object. Every key has a TTL. Layout (prefix ``gw:`` by default)::
     inflight          hash  <replica>\\x1f<ep> -> "n,prefill,expires_ms"
     lat:<ep>          hash  <field> -> decayed sum, _t -> server time of the last decay
     aff               stream  r=<replica> b=<packed batch of (endpoint, insert|truncate, uint64 blocks)>
+    kv:<key>          string with PX                      probe evidence (JSON)
+    lease:<key>       string with PX                      a probe lease: the holder's name (set if free or ours)
 
 Connection errors and timeouts (`StateStoreConfig.timeout_s`, no client-side retries) become
 `StoreUnavailable`: the caller decides how to go on without the store.
@@ -210,6 +212,20 @@ return 1
 )
 
 
+# Take a lease that is free (SET NX PX) or renew our own; 0 when another holder has it.
+LEASE_ACQUIRE = """
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+# Delete a lease only if this holder still has it (it may have expired and been taken).
+LEASE_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 # Every key's PTTL in one command (a pipeline of N PTTLs costs N commands' client-side packing).
 PTTLS = """
 local out = {}
@@ -246,6 +262,8 @@ class RedisStore:
         self._totals = self._r.register_script(INFLIGHT_TOTALS)
         self._merge = self._r.register_script(LATENCY_MERGE)
         self._pttls = self._r.register_script(PTTLS)
+        self._lease = self._r.register_script(LEASE_ACQUIRE)
+        self._release = self._r.register_script(LEASE_RELEASE)
 
     async def _call(self, awaitable: Any) -> Any:
         try:
@@ -386,6 +404,22 @@ class RedisStore:
             out += _unpack(fields[b"r"].decode(), fields[b"b"])
             cursor = entry_id.decode()
         return out, cursor
+
+    # -- key/value and leases (probes) ---------------------------------------------------
+
+    async def kv_get(self, key: str) -> bytes | None:
+        value = await self._call(self._r.get(f"{self._p}kv:{key}"))
+        return bytes(value) if value is not None else None
+
+    async def kv_put(self, key: str, value: bytes, ttl_s: float) -> None:
+        await self._call(self._r.set(f"{self._p}kv:{key}", value, px=max(1, int(ttl_s * 1000))))
+
+    async def lease_acquire(self, key: str, owner: str, ttl_s: float) -> bool:
+        taken = await self._call(self._lease(keys=[f"{self._p}lease:{key}"], args=[owner, max(1, int(ttl_s * 1000))]))
+        return bool(int(taken))
+
+    async def lease_release(self, key: str, owner: str) -> None:
+        await self._call(self._release(keys=[f"{self._p}lease:{key}"], args=[owner]))
 
 
 _HEAD = struct.Struct("<HBI")  # endpoint id length, op, block count

@@ -101,7 +101,9 @@ def parse_tool_calls(text: str, new_id: Callable[[], str]) -> list[dict[str, Any
     if not stripped.startswith(("{", "[")):
         return None
     try:
-        value = json.loads(stripped)
+        # The grammar's strings admit raw control characters (a newline inside a value); the
+        # arguments are re-serialised below, so the client always gets valid JSON.
+        value = json.loads(stripped, strict=False)
     except ValueError:
         return None
     items = value if isinstance(value, list) else [value]

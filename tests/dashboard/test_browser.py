@@ -223,7 +223,9 @@ def test_probe_runs_page_filters_and_shows_a_run(page: Any, gateway: Gateway) ->
     page.locator("#probes-table tbody tr").first.get_by_role("button").click()
     page.wait_for_selector("#probe-detail table")
     assert "ks_output_length" in page.locator("#probe-detail").inner_text()
+    expect(page.locator("#pr-audit")).to_be_disabled()  # an audit needs one endpoint chosen
     page.get_by_label("Endpoint", exact=True).select_option("r/m2")
+    expect(page.locator("#pr-audit")).to_be_enabled()
     page.wait_for_selector("#probes-empty:not([hidden])")
     assert "No probe runs yet" in page.locator("#probes-empty").inner_text()
 

@@ -22,6 +22,9 @@ an upstream model ``"name@<spec>"`` always behaves as ``<spec>``::
 for model ``m`` fail, after which it falls back to the model id's behaviour ("fail N times then
 succeed"). Every request is recorded in ``upstream.requests`` so tests can check what the upstream saw.
 
+``tool_fault`` (a callable given each chat request body that gets a tool call) may break that call:
+it returns ``"bad_json"`` (arguments cut in half), ``"unknown_name"`` (an undeclared name) or None.
+
 ``llamacpp_quirks=True`` reproduces llama-cpp-python's server: every tool-call delta repeats the call's
 id, type and name, and an assistant message with ``content: null`` gets a 500.
 
@@ -46,7 +49,7 @@ import socket
 import struct
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,7 +146,9 @@ class FakeOpenAIUpstream:
         llamacpp_quirks: bool = False,
         cached_tokens: int = 0,
         chunk_delay: float = 0.0,
+        tool_fault: Callable[[dict[str, Any]], str | None] | None = None,
     ) -> None:
+        self.tool_fault = tool_fault
         self.host = host
         self.port = port
         self.llamacpp_quirks = llamacpp_quirks
@@ -465,6 +470,7 @@ class _ChatAnswer(_Answer):
         self.model = body.get("model")
         self.n = body.get("n") or 1
         self.tool = self._chosen_tool()
+        self.fault = upstream.tool_fault(body) if upstream.tool_fault and self.tool is not None else None
         messages = body.get("messages") or []
         self.prompt_tokens = sum(len(_words(_content_text(m))) + 4 for m in messages if isinstance(m, dict))
         fmt = (body.get("response_format") or {}).get("type")
@@ -489,7 +495,12 @@ class _ChatAnswer(_Answer):
         return tools[0]["function"]
 
     def _arguments(self) -> str:
-        return json.dumps(_sample_arguments(self.tool.get("parameters") if self.tool else None))
+        args = json.dumps(_sample_arguments(self.tool.get("parameters") if self.tool else None))
+        return args[: len(args) // 2] if self.fault == "bad_json" else args
+
+    def _name(self) -> str:
+        assert self.tool is not None
+        return self.tool["name"] + ("_v2" if self.fault == "unknown_name" else "")
 
     def _call_id(self, index: int) -> str:
         return f"call_{hashlib.sha256(f'{self.id}/{index}'.encode()).hexdigest()[:24]}"
@@ -517,7 +528,7 @@ class _ChatAnswer(_Answer):
                     {
                         "id": self._call_id(i),
                         "type": "function",
-                        "function": {"name": self.tool["name"], "arguments": self._arguments()},
+                        "function": {"name": self._name(), "arguments": self._arguments()},
                     }
                 ]
             else:
@@ -556,7 +567,7 @@ class _ChatAnswer(_Answer):
                         "index": 0,
                         "id": self._call_id(i),
                         "type": "function",
-                        "function": {"name": self.tool["name"], "arguments": ""},
+                        "function": {"name": self._name(), "arguments": ""},
                     }
                 ]
             yield self._chunk(i, first)
@@ -571,7 +582,7 @@ class _ChatAnswer(_Answer):
                             "index": 0,
                             "id": self._call_id(i),
                             "type": "function",
-                            "function": {"name": self.tool["name"], "arguments": fragment},
+                            "function": {"name": self._name(), "arguments": fragment},
                         }
                     yield self._chunk(i, {"tool_calls": [call]})
         else:

@@ -112,3 +112,9 @@ def test_history_renders_tool_turns_as_text() -> None:
     assert out[1]["content"] == "add 1 and 2"
     assert json.loads(out[2]["content"]) == {"name": "add", "arguments": {"a": 1, "b": 2}}
     assert out[3]["content"] == "Tool result: 3"
+
+
+def test_raw_newlines_inside_argument_strings_come_back_as_valid_json() -> None:
+    calls = parse_tool_calls('{"name": "note", "arguments": {"text": "two\nlines"}}', lambda: "call_1")
+    assert calls is not None
+    assert json.loads(calls[0]["function"]["arguments"]) == {"text": "two\nlines"}

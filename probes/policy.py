@@ -1,0 +1,189 @@
+"""The health policy: probe results in, the endpoint's next health state out. Pure (time is passed
+in), so every transition is tested from a table.
+
+    HEALTHY --alarm--> SUSPECT --alarming probe fails its re-run / e-CUSUM >= demote_e--> DEMOTED
+    SUSPECT --confirmatory pass--> HEALTHY (e-CUSUMs reset)
+    SUSPECT --re-run passes, another confirmatory probe fails--> SUSPECT (that probe is re-run next)
+    DEMOTED --min time, clean rounds--> PROBATION (e-CUSUMs reset) --probation time, clean--> HEALTHY
+    PROBATION --alarm or a failing non-evidence probe--> DEMOTED
+
+An alarm is: an e-CUSUM at or above `suspect_e`, a failing "suspect" or "confirm" probe, or a
+failing "evidence" probe in an on-demand audit. One noisy monitoring window never demotes: its
+e-value alone stays below `suspect_e`, and a suspect endpoint is demoted only when the probe that
+raised the alarm fails its own fresh re-run, by a hard rule, or by accumulated evidence. "error" and "inconclusive" results never move the state; errors
+are counted as availability evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from gateway.health_states import EndpointHealth, HealthState
+from probes.base import ProbeResult
+from probes.evidence import EvidenceState
+from probes.settings import HealthSettings
+from probes.stats.evalues import ecusum_update
+
+QUALITY_VERDICTS = ("pass", "fail")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    to_state: HealthState | None  # None: stay
+    evidence: EvidenceState
+    reason: str
+    score: float | None  # the routing weight that goes with `to_state`
+    # Probes whose alarms call for a confirmatory round now (empty: none).
+    confirm_for: tuple[str, ...] = ()
+
+    @property
+    def confirm(self) -> bool:
+        return bool(self.confirm_for)
+
+
+def score_for(state: HealthState, settings: HealthSettings) -> float:
+    return {
+        "healthy": 1.0,
+        "suspect": settings.suspect_weight,
+        "probation": settings.probation_weight,
+        "demoted": 0.0,
+    }[state]
+
+
+def cusum_step(m: float, e: float) -> float:
+    """One e-CUSUM step (Shin, Ramdas, Rinaldo): M_t = e_t * max(1, M_{t-1})."""
+    return ecusum_update(m, e)
+
+
+def window_e(result: ProbeResult, settings: HealthSettings) -> float | None:
+    """The result's e-value; a monitoring window that reports only a verdict gets the configured
+    one, low + high * 1{fail} (mean 1 under the null when low + high * alpha = 1)."""
+    if result.e_value is not None:
+        return float(result.e_value)
+    if result.effect == "evidence" and result.p_value is not None:
+        return settings.window_e_low + settings.window_e_high * (result.verdict == "fail")
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Round:
+    evidence: EvidenceState
+    quality: tuple[ProbeResult, ...]
+    failed: tuple[ProbeResult, ...]
+    alarms: tuple[str, ...]  # probes that raise an alarm (e-CUSUM or a failing alarm probe)
+    demote: tuple[str, ...]  # probes whose evidence or hard rule demotes outright
+
+
+def _tally(
+    evidence: EvidenceState, results: Sequence[ProbeResult], *, confirm: bool, trigger: str, now: float,
+    settings: HealthSettings,
+) -> _Round:
+    cusum = dict(evidence.cusum)
+    errors, last_error = evidence.errors, evidence.last_error
+    quality = tuple(r for r in results if r.verdict in QUALITY_VERDICTS)
+    for r in results:
+        if r.verdict == "error" or r.errors:
+            errors += max(1, r.errors)
+            last_error = str((r.details or {}).get("error", "")) or f"{r.probe}: {r.errors} upstream errors"
+    if not confirm:  # a confirmatory round decides on its own; it does not feed the e-processes
+        for r in quality:
+            e = window_e(r, settings)
+            if e is not None:
+                cusum[r.probe] = cusum_step(cusum.get(r.probe, 0.0), e)
+    failed = tuple(r for r in quality if r.verdict == "fail")
+    alarms = [p for p, m in cusum.items() if m >= settings.suspect_e]
+    demote = [p for p, m in cusum.items() if m >= settings.demote_e]
+    for r in failed:
+        if r.effect == "demote":
+            demote.append(r.probe)
+        elif r.effect in ("suspect", "confirm") or (r.effect == "evidence" and trigger == "manual"):
+            alarms.append(r.probe)
+    new = replace(evidence, cusum=cusum, errors=errors, last_error=last_error, updated=now)
+    return _Round(new, quality, failed, tuple(dict.fromkeys(alarms)), tuple(dict.fromkeys(demote)))
+
+
+def _describe(r: ProbeResult) -> str:
+    stat = f"p={r.p_value:.3g}" if r.p_value is not None else f"e={r.e_value:.3g}" if r.e_value is not None else ""
+    return f"{r.probe} {r.verdict}" + (f" ({stat})" if stat else "")
+
+
+def decide(
+    health: EndpointHealth,
+    evidence: EvidenceState,
+    results: Sequence[ProbeResult],
+    *,
+    confirm: bool,
+    now: float,
+    settings: HealthSettings,
+    trigger: str = "schedule",
+) -> Decision:
+    """The next state of one endpoint after a round of probe results (see the module docstring)."""
+    rnd = _tally(evidence, results, confirm=confirm, trigger=trigger, now=now, settings=settings)
+    ev = rnd.evidence
+    if health.manual:
+        return Decision(None, ev, "pinned by an operator", None)
+    if not rnd.quality:
+        return Decision(None, ev, "no quality evidence this round (errors or inconclusive only)", None)
+
+    def move(state: HealthState, reason: str, evidence: EvidenceState, confirm_for: tuple[str, ...] = ()) -> Decision:
+        if state == health.state:
+            return Decision(None, evidence, reason, None, confirm_for)
+        return Decision(state, evidence, reason, score_for(state, settings), confirm_for)
+
+    failures = ", ".join(_describe(r) for r in rnd.failed)
+    peak = f"e-CUSUM {ev.peak:.3g}"
+    state = health.state
+
+    if state == "demoted":
+        if rnd.failed or rnd.alarms or rnd.demote:
+            return move("demoted", f"still failing: {failures or peak}", replace(ev, clean_rounds=0))
+        clean = replace(ev, clean_rounds=ev.clean_rounds + 1)
+        waited = now - health.since
+        if waited >= settings.demoted_min_seconds and clean.clean_rounds >= settings.clean_windows:
+            return move("probation", f"{clean.clean_rounds} clean rounds after {waited:.0f} s demoted", clean.reset())
+        return move("demoted", f"clean round {clean.clean_rounds}/{settings.clean_windows}", clean)
+
+    if state == "probation":  # a SUSPECT trigger sends it back; a single noisy window does not
+        if rnd.alarms or rnd.demote or any(r.effect != "evidence" for r in rnd.failed):
+            return move("demoted", f"failed on probation: {failures or peak}", replace(ev, clean_rounds=0))
+        waited = now - health.since
+        if waited >= settings.probation_seconds:
+            return move("healthy", f"clean through {waited:.0f} s of probation", ev.reset())
+        return move("probation", "clean round on probation", replace(ev, clean_rounds=ev.clean_rounds + 1))
+
+    # healthy or suspect
+    if confirm:
+        return _confirmed(rnd, move, failures)
+    if rnd.demote:
+        return move("demoted", f"{', '.join(rnd.demote)}: {failures or peak} (demote at {settings.demote_e:g})", ev)
+    # A probe that raised the alarm failing again in a fresh run is its confirmation.
+    again = [r for r in rnd.failed if r.effect == "confirm" and r.probe in ev.suspects]
+    if state == "suspect" and again:
+        return move("demoted", f"alarming probe failed again while suspect: {', '.join(map(_describe, again))}", ev)
+    if rnd.alarms:
+        suspects = tuple(dict.fromkeys((*ev.suspects, *rnd.alarms)))
+        why = f"alarm from {', '.join(rnd.alarms)}: {failures or peak} (suspect at {settings.suspect_e:g})"
+        return move("suspect", why, replace(ev, suspects=suspects), suspects)
+    if state == "suspect":  # the confirmatory round has not happened (or only errored): ask again
+        suspects = ev.suspects or tuple(r.probe for r in rnd.quality)
+        return move("suspect", "awaiting a confirmatory round", replace(ev, suspects=suspects), suspects)
+    return move("healthy", f"clean round ({peak})", replace(ev, clean_rounds=ev.clean_rounds + 1))
+
+
+def _confirmed(rnd: _Round, move: Callable[..., Decision], failures: str) -> Decision:
+    """A confirmatory round: demote only when a probe that raised the alarm fails its own fresh
+    re-run (or a hard rule fires). Other probes of the round that fail keep the endpoint SUSPECT
+    and become the alarm its next confirmatory round re-runs; everything passing restores it."""
+    ev = rnd.evidence
+    alarming = set(ev.suspects) or {r.probe for r in rnd.failed}
+    confirmed = [r for r in rnd.failed if r.probe in alarming or r.effect == "demote"]
+    if confirmed:
+        return move("demoted", f"confirmatory re-run failed: {', '.join(map(_describe, confirmed))}",
+                    replace(ev, clean_rounds=0))
+    if rnd.failed:  # the alarm is not confirmed, but another test failed: that one is re-run next
+        others = tuple(dict.fromkeys(r.probe for r in rnd.failed))
+        cusum = {p: m for p, m in ev.cusum.items() if p not in alarming}
+        why = f"alarm not confirmed ({', '.join(sorted(alarming))} passed), but {failures}: still suspect"
+        return move("suspect", why, replace(ev, cusum=cusum, clean_rounds=0, suspects=others), others)
+    return move("healthy", "confirmatory test passed: " + ", ".join(_describe(r) for r in rnd.quality), ev.reset())

@@ -1,0 +1,353 @@
+"""Run probes against one endpoint, decide its health, and record it all.
+
+A round: build each probe's `ProbeContext` (a `ProbeClient` for the endpoint and one for the
+model's reference, never the endpoint itself), run the applicable probes one after another,
+turn upstream failures and a spent budget into "error" results (availability evidence), store
+the run, apply `probes.policy.decide` through `HealthStates.transition` (persisted like a manual
+demotion), and run the confirmatory round at once when the decision asks for one.
+
+Progress goes to an `emit` callback as dicts: started, progress, result, transition, finished.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gateway.catalog import Catalog, Endpoint
+from gateway.health_states import HealthStates, Transition
+from gateway.state_store import StoreUnavailable
+from probes.base import ProbeContext, ProbeResult
+from probes.baselines import BaselineStore
+from probes.budget import BudgetExhausted, ProbeBudget
+from probes.client import ProbeClient, ProbeUnavailable
+from probes.evidence import EvidenceState, EvidenceStore
+from probes.policy import Decision, decide
+from probes.registry import ProbeMissing, ProbeRegistry
+from probes.settings import ProbeSettings
+
+if TYPE_CHECKING:
+    from gateway.metrics import GatewayMetrics
+    from gateway.persistence.runtime import Persistence
+
+log = logging.getLogger("gateway.probes")
+
+Emit = Callable[[dict[str, Any]], None]
+ClientFactory = Callable[[Endpoint], ProbeClient]
+
+
+def _no_emit(event: dict[str, Any]) -> None:
+    return None
+
+
+def result_json(r: ProbeResult, *, confirm: bool) -> dict[str, Any]:
+    return {
+        "probe": r.probe,
+        "verdict": r.verdict,
+        "statistic": r.statistic,
+        "p_value": r.p_value,
+        "e_value": r.e_value,
+        "samples": r.samples,
+        "reference_samples": r.reference_samples,
+        "tokens": r.tokens_spent,
+        "requests": r.requests,
+        "errors": r.errors,
+        "effect": r.effect,
+        "confirm": confirm,
+        "details": _plain(r.details or {}),
+    }
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe copy of a result's details (numpy scalars and arrays included)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _plain(value.tolist())
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and value != value:  # NaN is not JSON
+        return None
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def transition_json(t: Transition) -> dict[str, Any]:
+    return {"endpoint": t.endpoint_id, "from": t.from_state, "to": t.to_state, "reason": t.reason, "at": t.at,
+            "score": t.score}
+
+
+@dataclass
+class RoundReport:
+    confirm: bool
+    results: list[ProbeResult]
+    decision: Decision
+    run_id: int | None = None
+    transition: Transition | None = None
+
+
+@dataclass
+class RunReport:
+    endpoint: Endpoint
+    trigger: str
+    rounds: list[RoundReport] = field(default_factory=list)
+    state: str = "healthy"
+
+    @property
+    def degraded(self) -> bool:
+        """Not healthy now, or a failure that no passing confirmatory round cleared."""
+        last = self.rounds[-1] if self.rounds else None
+        return self.state != "healthy" or (last is not None and any(r.verdict == "fail" for r in last.results))
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "object": "probe.run",
+            "endpoint": self.endpoint.id,
+            "model": self.endpoint.model,
+            "provider": self.endpoint.provider,
+            "trigger": self.trigger,
+            "state": self.state,
+            "verdict": "fail" if self.degraded else "pass",
+            "run_ids": [r.run_id for r in self.rounds if r.run_id is not None],
+            "tokens": sum(x.tokens_spent for r in self.rounds for x in r.results),
+            "results": [result_json(x, confirm=r.confirm) for r in self.rounds for x in r.results],
+            "transitions": [transition_json(r.transition) for r in self.rounds if r.transition is not None],
+            "rounds": [
+                {"run_id": r.run_id, "confirm": r.confirm, "reason": r.decision.reason,
+                 "cusum": dict(r.decision.evidence.cusum)}
+                for r in self.rounds
+            ],
+        }
+
+
+class ProbeRunner:
+    def __init__(
+        self,
+        *,
+        catalog: Catalog,
+        health: HealthStates,
+        settings: ProbeSettings,
+        registry: ProbeRegistry,
+        evidence: EvidenceStore,
+        baselines: BaselineStore,
+        client_factory: ClientFactory,
+        wall: Callable[[], float] = time.time,
+        rng: np.random.Generator | None = None,
+        persistence: Persistence | None = None,
+        metrics: GatewayMetrics | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.health = health
+        self.settings = settings
+        self.registry = registry
+        self.evidence = evidence
+        self.baselines = baselines
+        self.client_factory = client_factory
+        self.wall = wall
+        self.rng = rng or np.random.default_rng(settings.seed)
+        self.persistence = persistence
+        self.metrics = metrics
+
+    def reference_for(self, endpoint: Endpoint) -> Endpoint | None:
+        """The configured reference of the endpoint's model, else a local engine serving it; never itself."""
+        configured = self.settings.references.get(endpoint.model)
+        if configured is not None:
+            ref = self.catalog.by_id.get(configured)
+            if ref is None:
+                log.warning("probes: the reference %r of %s is not in the catalog", configured, endpoint.model)
+            return ref if ref is not None and ref.id != endpoint.id else None
+        for ep in self.catalog.endpoints:
+            if ep.region == "local" and ep.model == endpoint.model and ep.id != endpoint.id:
+                return ep
+        return None
+
+    async def run(
+        self, endpoint_id: str, probes: Sequence[str], *, trigger: str = "schedule", confirm: bool = False,
+        emit: Emit = _no_emit,
+    ) -> RunReport:
+        endpoint = self.catalog.by_id[endpoint_id]
+        report = RunReport(endpoint, trigger)
+        emit({"event": "started", "endpoint": endpoint.id, "model": endpoint.model, "probes": list(probes),
+              "trigger": trigger, "state": self.health.state(endpoint.id)})
+        rnd = await self._round(endpoint, probes, trigger=trigger, confirm=confirm, emit=emit)
+        report.rounds.append(rnd)
+        if rnd.decision.confirm and not confirm:
+            names = self.registry.confirmatory(rnd.decision.confirm_for)
+            emit({"event": "confirm", "endpoint": endpoint.id, "probes": names, "reason": rnd.decision.reason})
+            report.rounds.append(await self._round(endpoint, names, trigger=trigger, confirm=True, emit=emit))
+        report.state = self.health.state(endpoint.id)
+        emit({"event": "finished", **report.as_json()})
+        return report
+
+    async def _round(
+        self, endpoint: Endpoint, probes: Sequence[str], *, trigger: str, confirm: bool, emit: Emit
+    ) -> RoundReport:
+        suite = ",".join(probes) + (" (confirm)" if confirm else "")
+        run_id = await self._db("start_run", endpoint.id, suite, at=self.wall(), trigger=trigger)
+        results = []
+        for name in probes:
+            emit({"event": "probe", "endpoint": endpoint.id, "probe": name, "confirm": confirm})
+            result = await self.run_probe(endpoint, name, confirm=confirm, emit=emit)
+            results.append(result)
+            if self.metrics is not None:
+                self.metrics.probe_outcome(endpoint.id, result.probe, result.verdict)
+            emit({"event": "result", "endpoint": endpoint.id, **result_json(result, confirm=confirm)})
+        decision = await self._decide(endpoint, results, confirm=confirm, trigger=trigger)
+        rnd = RoundReport(confirm, results, decision, run_id if isinstance(run_id, int) else None)
+        rnd.transition = await self._apply(endpoint, decision, results, rnd.run_id)
+        if rnd.transition is not None:
+            emit({"event": "transition", **transition_json(rnd.transition)})
+        if rnd.run_id is not None:
+            now = self.wall()
+            await self._db("add_results", rnd.run_id, results, at=now)
+            verdict = "fail" if any(r.verdict == "fail" for r in results) else (
+                "pass" if any(r.verdict == "pass" for r in results) else "error" if any(
+                    r.verdict == "error" for r in results) else "inconclusive")
+            details = {"state": self.health.state(endpoint.id), "reason": decision.reason, "confirm": confirm,
+                       "transition": transition_json(rnd.transition) if rnd.transition else None}
+            await self._db("finish_run", rnd.run_id, verdict, at=now,
+                           tokens_spent=sum(r.tokens_spent for r in results), details=details)
+        return rnd
+
+    async def run_probe(self, endpoint: Endpoint, name: str, *, confirm: bool, emit: Emit = _no_emit) -> ProbeResult:
+        """One probe, never raising: a missing module, an inapplicable endpoint, an unreachable
+        upstream, a spent budget or a bug in the probe all come back as a result that says so."""
+        try:
+            probe = self.registry.create(name)
+        except ProbeMissing as exc:
+            return ProbeResult(name, "error", 0, details={"error": str(exc)})
+        why_not = probe.applicable(endpoint)
+        if why_not is not None:
+            return ProbeResult(name, "inconclusive", 0, effect=probe.effect, details={"skipped": why_not})
+        client = self.client_factory(endpoint)
+        ref = self.reference_for(endpoint)
+        ref_client = self.client_factory(ref) if ref is not None else None
+
+        def progress(done: int, total: int) -> None:
+            emit({"event": "progress", "endpoint": endpoint.id, "probe": name, "done": done, "total": total})
+
+        ctx = ProbeContext(
+            endpoint=endpoint, client=client, settings=self.settings, baselines=self.baselines,
+            rng=np.random.default_rng(self.rng.integers(2**63)), clock=self.wall, reference=ref_client,
+            progress=progress, confirm=confirm,
+        )
+        started = time.perf_counter()
+        try:
+            result = await probe.run(ctx)
+        except (ProbeUnavailable, BudgetExhausted) as exc:
+            result = ProbeResult(name, "error", 0, effect=probe.effect, errors=max(1, client.errors),
+                                 details={"error": str(exc)})
+        except Exception as exc:  # a probe's bug must not stop the round or the scheduler
+            log.exception("probes: %s on %s raised", name, endpoint.id)
+            result = ProbeResult(name, "error", 0, effect=probe.effect, details={"error": f"{type(exc).__name__}: {exc}"})
+        spent = client.tokens + (ref_client.tokens if ref_client is not None else 0)
+        requests = client.requests + (ref_client.requests if ref_client is not None else 0)
+        details = {**(result.details or {}), "seconds": round(time.perf_counter() - started, 3),
+                   "reference": ref.id if ref is not None else None}
+        return ProbeResult(
+            probe=result.probe, verdict=result.verdict, samples=result.samples, statistic=result.statistic,
+            p_value=result.p_value, e_value=result.e_value, reference_samples=result.reference_samples,
+            tokens_spent=max(result.tokens_spent, spent), details=details, effect=result.effect,
+            requests=max(result.requests, requests), errors=max(result.errors, client.errors),
+        )
+
+    async def _decide(self, endpoint: Endpoint, results: list[ProbeResult], *, confirm: bool, trigger: str) -> Decision:
+        try:
+            evidence = await self.evidence.get(endpoint.id)
+        except (StoreUnavailable, ValueError) as exc:
+            log.warning("probes: evidence of %s unreadable (%s); deciding on this round alone", endpoint.id, exc)
+            evidence = EvidenceState()
+        decision = decide(self.health.get(endpoint.id), evidence, results, confirm=confirm, now=self.wall(),
+                          settings=self.settings.health, trigger=trigger)
+        try:
+            await self.evidence.put(endpoint.id, decision.evidence)
+        except StoreUnavailable as exc:
+            log.warning("probes: could not store the evidence of %s: %s", endpoint.id, exc)
+        return decision
+
+    async def _apply(
+        self, endpoint: Endpoint, decision: Decision, results: list[ProbeResult], run_id: int | None
+    ) -> Transition | None:
+        if decision.to_state is None:
+            return None
+        evidence = {
+            "run_id": run_id,
+            "cusum": dict(decision.evidence.cusum),
+            "results": [{"probe": r.probe, "verdict": r.verdict, "p_value": r.p_value, "e_value": r.e_value,
+                         "statistic": r.statistic, "effect": r.effect} for r in results],
+        }
+        t = self.health.transition(endpoint.id, decision.to_state, source="probe", reason=decision.reason,
+                                   at=self.wall(), score=decision.score, evidence=evidence)
+        if t is None:
+            return None
+        level = logging.WARNING if t.to_state in ("demoted", "suspect") else logging.INFO
+        log.log(level, "probes: %s %s -> %s: %s", endpoint.id, t.from_state, t.to_state, t.reason)
+        if t.to_state == "demoted":
+            self._warn_if_last(endpoint)
+        if self.persistence is not None:
+            await self.persistence.record_transition(t)
+        return t
+
+    def _warn_if_last(self, endpoint: Endpoint) -> None:
+        siblings = [ep for ep in self.catalog.candidates(endpoint.model) if ep.id != endpoint.id]
+        if not any(self.health.routable(ep.id) for ep in siblings):
+            log.warning(
+                "probes: %s was the last routable endpoint of model %s; every endpoint of it is demoted, so the "
+                "gateway FAILS OPEN and keeps routing %s to demoted endpoints (x-gateway-fail-open: health_demoted)",
+                endpoint.id, endpoint.model, endpoint.model,
+            )
+
+    async def _db(self, fn_name: str, *args: Any, **kwargs: Any) -> Any:
+        """A probe-run write off the event loop; a database failure is logged, never raised."""
+        if self.persistence is None:
+            return None
+        from gateway.persistence import probes as probe_repo
+
+        try:
+            return await self.persistence.db.run(getattr(probe_repo, fn_name), *args, **kwargs)
+        except Exception as exc:
+            log.warning("probes: could not store the probe run (%s): %s", fn_name, str(exc).split("\n")[0])
+            return None
+
+
+def make_client_factory(http: Any, settings: ProbeSettings, budget: ProbeBudget) -> ClientFactory:
+    from providers.http import Timeouts
+
+    t = settings.request_timeout
+    timeouts = Timeouts(connect=min(10.0, t), first_byte=t, between_chunks=t, total=t)
+
+    def factory(endpoint: Endpoint) -> ProbeClient:
+        return ProbeClient(endpoint, http, timeouts, budget)
+
+    return factory
+
+
+def build_runner(state: Any, *, registry: ProbeRegistry | None = None) -> ProbeRunner:
+    """The runner for a built `gateway.state.AppState`: its catalog, health, store, database, HTTP client."""
+    from probes.baselines import MemoryBaselines, SqlBaselines
+
+    settings: ProbeSettings = state.settings.probes
+    wall = state.persistence.wall if state.persistence is not None else time.time
+    budget = ProbeBudget(
+        requests_per_day=settings.budget_requests_per_day, tokens_per_day=settings.budget_tokens_per_day, clock=wall
+    )
+    return ProbeRunner(
+        catalog=state.catalog,
+        health=state.health,
+        settings=settings,
+        registry=registry or ProbeRegistry(),
+        evidence=EvidenceStore(state.shared.store),
+        baselines=SqlBaselines(state.persistence.db) if state.persistence is not None else MemoryBaselines(),
+        client_factory=make_client_factory(state.client, settings, budget),
+        wall=wall,
+        persistence=state.persistence,
+        metrics=state.metrics,
+    )

@@ -1,0 +1,149 @@
+"""When each probe runs on each endpoint: per (probe, endpoint) next-run times with jitter, demoted
+endpoints probed `demoted_slowdown` times less often, and a lease per (probe, endpoint) in the
+shared state store so that with several gateway replicas each scheduled run happens once.
+
+The lease is held for most of the interval and not released after the run: another replica whose
+own schedule comes due meanwhile finds it taken and skips; the holder renews it at its next run;
+if the holder dies the lease expires and another replica takes over. Clock, sleep and RNG are
+injected. Nothing a run does (an unreachable endpoint, a store outage, a probe's bug) stops the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Protocol
+
+from gateway.health_states import HealthStates
+from gateway.state_store import StoreUnavailable
+from probes.runner import ProbeRunner
+from probes.settings import ProbeSettings
+
+log = logging.getLogger("gateway.probes")
+
+MAX_SLEEP = 60.0  # wake at least this often (a catalog or state change is picked up by then)
+
+
+class Lease(Protocol):
+    async def lease_acquire(self, key: str, owner: str, ttl_s: float) -> bool: ...
+
+    async def lease_release(self, key: str, owner: str) -> None: ...
+
+
+Job = tuple[str, str]  # (probe, endpoint id)
+
+
+class ProbeScheduler:
+    def __init__(
+        self,
+        runner: ProbeRunner,
+        settings: ProbeSettings,
+        health: HealthStates,
+        lease: Lease,
+        *,
+        endpoints: Iterable[str],
+        owner: str,
+        clock: Callable[[], float],
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.runner = runner
+        self.settings = settings
+        self.health = health
+        self.lease = lease
+        self.owner = owner
+        self.clock = clock
+        self.sleep = sleep
+        self.rng = rng or random.Random(settings.seed)
+        known = set(runner.registry.names())
+        probes = [p for p in settings.intervals if p in known]
+        now = clock()
+        # The first run of each job lands anywhere in its first interval: no burst at start-up.
+        self.next_run: dict[Job, float] = {
+            (p, ep): now + self.rng.uniform(0, settings.intervals[p]) for ep in endpoints for p in probes
+        }
+        self.runs = 0
+        self.skipped = 0  # another replica held the lease
+        self.failures = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def interval(self, probe: str, endpoint_id: str) -> float:
+        base = self.settings.intervals[probe]
+        return base * self.settings.demoted_slowdown if self.health.state(endpoint_id) == "demoted" else base
+
+    def _reschedule(self, job: Job, now: float) -> None:
+        spread = self.settings.jitter
+        self.next_run[job] = now + self.interval(*job) * (1.0 + self.rng.uniform(-spread, spread))
+
+    def due(self, now: float) -> list[Job]:
+        return sorted((job for job, at in self.next_run.items() if at <= now), key=lambda j: self.next_run[j])
+
+    async def _take(self, job: Job) -> bool:
+        probe, endpoint_id = job
+        hold = max(self.settings.lease_seconds, self.interval(probe, endpoint_id) * (1.0 - self.settings.jitter) * 0.95)
+        try:
+            return await self.lease.lease_acquire(f"probe:{probe}:{endpoint_id}", self.owner, hold)
+        except StoreUnavailable as exc:  # better a duplicate run than none
+            log.warning("probes: lease store unavailable (%s); running %s on %s anyway", exc, probe, endpoint_id)
+            return True
+
+    async def tick(self) -> int:
+        """Run every job that is due; returns how many ran here."""
+        ran = 0
+        for job in self.due(self.clock()):
+            probe, endpoint_id = job
+            if await self._take(job):
+                try:
+                    await self.runner.run(endpoint_id, [probe], trigger="schedule")
+                    ran += 1
+                except Exception:
+                    self.failures += 1
+                    log.exception("probes: the scheduled %s run on %s failed", probe, endpoint_id)
+            else:
+                self.skipped += 1
+            self._reschedule(job, self.clock())
+        self.runs += ran
+        return ran
+
+    def seconds_to_next(self) -> float:
+        soonest = min(self.next_run.values(), default=self.clock() + MAX_SLEEP)
+        return min(MAX_SLEEP, max(0.0, soonest - self.clock()))
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the loop outlives anything a round throws
+                log.exception("probes: scheduler round failed")
+            await self.sleep(max(0.05, self.seconds_to_next()))
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self.run_forever(), name="probe-scheduler")
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+
+def build_scheduler(state: Any, runner: ProbeRunner, *, clock: Callable[[], float] | None = None) -> ProbeScheduler:
+    """The scheduler for a built `gateway.state.AppState`, leasing through its shared state store."""
+    assert state.shared is not None
+    return ProbeScheduler(
+        runner,
+        state.settings.probes,
+        state.health,
+        state.shared.store,
+        endpoints=[ep.id for ep in state.catalog.endpoints],
+        owner=state.shared.replica,
+        clock=clock or runner.wall,
+    )

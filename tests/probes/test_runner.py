@@ -1,0 +1,237 @@
+"""The runner with fake probes and fake clients: contexts, errors as availability evidence, the
+policy applied through HealthStates, the confirmatory round, persistence, and the loud warning
+when the last endpoint of a model is demoted."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+from gateway.catalog import Endpoint
+from gateway.health_states import HealthStates, Transition
+from gateway.state_store.memory import MemoryStore
+from probes.base import Effect, ProbeContext, ProbeResult, Verdict
+from probes.baselines import MemoryBaselines
+from probes.budget import BudgetExhausted
+from probes.client import ProbeUnavailable
+from probes.evidence import EvidenceStore
+from probes.registry import ProbeRegistry
+from probes.runner import ProbeRunner
+from probes.settings import HealthSettings, ProbeSettings
+from tests.fakes.catalog import make_catalog, make_endpoint
+from tests.fakes.clock import FakeClock
+
+
+@dataclass
+class FakeClient:
+    endpoint: Endpoint
+    tokens: int = 0
+    requests: int = 0
+    errors: int = 0
+
+
+@dataclass
+class Script:
+    """What each fake probe answers, in turn (the last answer repeats), and the contexts it saw."""
+
+    verdicts: dict[str, list[Verdict | Exception]] = field(default_factory=dict)
+    seen: list[tuple[str, ProbeContext]] = field(default_factory=list)
+
+    def probe(self, name: str, effect: Effect = "evidence", *, skip: str | None = None) -> Callable[[], Any]:
+        script = self
+
+        class Fake:
+            def __init__(self) -> None:
+                self.name, self.effect = name, effect
+
+            def applicable(self, endpoint: Endpoint) -> str | None:
+                return skip
+
+            async def run(self, ctx: ProbeContext) -> ProbeResult:
+                script.seen.append((name, ctx))
+                answers = script.verdicts.get(name, ["pass"])
+                answer = answers.pop(0) if len(answers) > 1 else answers[0]
+                ctx.client.tokens += 7  # type: ignore[attr-defined]
+                ctx.client.requests += 1  # type: ignore[attr-defined]
+                ctx.progress(1, 1)
+                if isinstance(answer, Exception):
+                    ctx.client.errors += 1  # type: ignore[attr-defined]
+                    raise answer
+                p = 0.001 if answer == "fail" else 0.5
+                e = 10.5 if answer == "fail" else 0.5
+                return ProbeResult(name, answer, 10, statistic=0.1, p_value=p, e_value=e, effect=self.effect)
+
+        return Fake
+
+
+class FakeDB:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self.calls.append((fn.__name__, args, kwargs))
+        return 41 + sum(1 for c in self.calls if c[0] == "start_run") if fn.__name__ == "start_run" else None
+
+
+class FakePersistence:
+    def __init__(self) -> None:
+        self.db = FakeDB()
+        self.transitions: list[Transition] = []
+
+    async def record_transition(self, t: Transition, **kwargs: Any) -> bool:
+        self.transitions.append(t)
+        return True
+
+
+HEALTH = HealthSettings(demoted_min_seconds=0, probation_seconds=0, clean_windows=1)
+A = make_endpoint("prov-a/m", "m", provider="prov-a")
+B = make_endpoint("prov-b/m", "m", provider="prov-b")
+LOCAL = replace(make_endpoint("local-0", "m", provider="local"), region="local")
+
+
+def make_runner(script: Script, *endpoints: Endpoint, references: dict[str, str] | None = None,
+                persistence: Any = None) -> tuple[ProbeRunner, HealthStates, FakeClock]:
+    clock = FakeClock(start=1_700_000_000.0)
+    health = HealthStates()
+    registry = ProbeRegistry(
+        {
+            "logprob_drift": script.probe("logprob_drift"),
+            "distribution": script.probe("distribution", "confirm"),
+            "fidelity": script.probe("fidelity"),
+            "needs_tools": script.probe("needs_tools", skip="no tools"),
+        },
+        suites={"quality": ("logprob_drift", "distribution", "fidelity")},
+    )
+    runner = ProbeRunner(
+        catalog=make_catalog(*(endpoints or (A, B))),
+        health=health,
+        settings=ProbeSettings(health=HEALTH, references=references or {}, seed=3),
+        registry=registry,
+        evidence=EvidenceStore(MemoryStore(clock)),
+        baselines=MemoryBaselines(),
+        client_factory=FakeClient,  # type: ignore[arg-type]
+        wall=clock,
+        rng=np.random.default_rng(1),
+        persistence=persistence,
+    )
+    return runner, health, clock
+
+
+async def test_a_clean_round_streams_events_and_changes_nothing() -> None:
+    script = Script()
+    runner, health, _ = make_runner(script)
+    events: list[dict[str, Any]] = []
+    report = await runner.run(A.id, ["logprob_drift", "fidelity"], trigger="manual", emit=events.append)
+    kinds = [e["event"] for e in events]
+    assert kinds == ["started", "probe", "progress", "result", "probe", "progress", "result", "finished"]
+    assert [r.verdict for r in report.rounds[0].results] == ["pass", "pass"]
+    assert report.rounds[0].results[0].tokens_spent == 7 and report.rounds[0].results[0].requests == 1
+    assert health.state(A.id) == "healthy" and not report.degraded
+    assert events[-1]["verdict"] == "pass" and events[-1]["state"] == "healthy"
+
+
+async def test_a_failing_audit_is_confirmed_and_demotes() -> None:
+    script = Script({"logprob_drift": ["fail"], "distribution": ["fail"]})
+    persistence = FakePersistence()
+    runner, health, _ = make_runner(script, persistence=persistence)
+    events: list[dict[str, Any]] = []
+    report = await runner.run(A.id, ["logprob_drift"], trigger="manual", emit=events.append)
+    assert [r.confirm for r in report.rounds] == [False, True]
+    # The alarming probe re-run fresh as a confirmatory test, plus the distribution test after drift.
+    assert [(name, ctx.confirm) for name, ctx in script.seen] == [
+        ("logprob_drift", False), ("logprob_drift", True), ("distribution", True)]
+    assert [(t.from_state, t.to_state) for t in persistence.transitions] == [("healthy", "suspect"), ("suspect", "demoted")]
+    assert health.state(A.id) == "demoted" and health.get(A.id).score == 0.0 and report.degraded
+    assert persistence.transitions[1].evidence is not None and persistence.transitions[1].evidence["run_id"] == 43
+    assert [e["to"] for e in events if e["event"] == "transition"] == ["suspect", "demoted"]
+    stored = [c[0] for c in persistence.db.calls]
+    assert stored == ["start_run", "add_results", "finish_run", "start_run", "add_results", "finish_run"]
+    assert persistence.db.calls[0][2]["trigger"] == "manual"
+    assert persistence.db.calls[2][1][1] == "fail"  # the first round's verdict
+
+
+async def test_a_passing_confirmation_restores_healthy() -> None:
+    script = Script({"fidelity": ["fail", "pass"]})
+    runner, health, _ = make_runner(script)
+    report = await runner.run(A.id, ["fidelity"], trigger="manual")
+    assert [t.to_state for r in report.rounds if (t := r.transition)] == ["suspect", "healthy"]
+    assert health.state(A.id) == "healthy" and health.get(A.id).score == 1.0
+    assert not report.degraded  # the confirmatory round cleared the first failure
+    assert (await runner.evidence.get(A.id)).cusum == {}
+
+
+async def test_demoted_then_clean_goes_through_probation_to_healthy() -> None:
+    script = Script({"fidelity": ["fail", "fail", "pass"]})
+    runner, health, clock = make_runner(script)
+    await runner.run(A.id, ["fidelity"], trigger="manual")
+    assert health.state(A.id) == "demoted"
+    clock.advance(1)
+    assert (await runner.run(A.id, ["fidelity"], trigger="manual")).state == "probation"
+    assert health.get(A.id).score == HEALTH.probation_weight
+    clock.advance(1)
+    assert (await runner.run(A.id, ["fidelity"], trigger="manual")).state == "healthy"
+
+
+@pytest.mark.parametrize("error", [ProbeUnavailable("prov-a/m: connection refused"), BudgetExhausted("spent")])
+async def test_upstream_errors_are_availability_evidence_not_quality(error: Exception) -> None:
+    script = Script({"logprob_drift": [error]})
+    runner, health, _ = make_runner(script)
+    report = await runner.run(A.id, ["logprob_drift"], trigger="manual")
+    (result,) = report.rounds[0].results
+    assert result.verdict == "error" and result.errors == 1 and str(error) in result.details["error"]  # type: ignore[index]
+    assert health.state(A.id) == "healthy" and len(report.rounds) == 1
+    evidence = await runner.evidence.get(A.id)
+    assert evidence.errors == 1 and str(error) in evidence.last_error and evidence.cusum == {}
+
+
+async def test_a_probe_bug_becomes_an_error_result() -> None:
+    script = Script({"fidelity": [ZeroDivisionError("oops")]})
+    runner, _, _ = make_runner(script)
+    (result,) = (await runner.run(A.id, ["fidelity"])).rounds[0].results
+    assert result.verdict == "error" and result.details["error"] == "ZeroDivisionError: oops"  # type: ignore[index]
+
+
+async def test_inapplicable_and_missing_probes_are_reported() -> None:
+    script = Script()
+    runner, _, _ = make_runner(script)
+    runner.registry = ProbeRegistry({**{n: runner.registry.factory(n) for n in ("needs_tools",)},
+                                     "ghost": "probes.no_such_probe_module"})
+    results = (await runner.run(A.id, ["needs_tools", "ghost"])).rounds[0].results
+    assert [(r.verdict, dict(r.details or {}).get("skipped")) for r in results][0] == ("inconclusive", "no tools")
+    assert results[1].verdict == "error" and "cannot import" in results[1].details["error"]  # type: ignore[index]
+
+
+async def test_reference_is_configured_or_a_local_engine_and_never_the_endpoint() -> None:
+    script = Script()
+    runner, _, _ = make_runner(script, A, B, LOCAL, references={"m": B.id})
+    assert runner.reference_for(A) is B and runner.reference_for(B) is None
+    runner, _, _ = make_runner(script, A, B, LOCAL)
+    assert runner.reference_for(A) is LOCAL and runner.reference_for(LOCAL) is None
+    await runner.run(A.id, ["fidelity"])
+    ctx = script.seen[-1][1]
+    assert ctx.client.endpoint is A and ctx.reference is not None and ctx.reference.endpoint is LOCAL
+
+
+async def test_demoting_the_last_endpoint_of_a_model_warns_loudly(caplog: pytest.LogCaptureFixture) -> None:
+    script = Script({"fidelity": ["fail"]})
+    runner, health, _ = make_runner(script, A, B)
+    with caplog.at_level(logging.WARNING, logger="gateway.probes"):
+        await runner.run(A.id, ["fidelity"], trigger="manual")
+        assert health.state(A.id) == "demoted"
+        assert not [r for r in caplog.records if "FAILS OPEN" in r.getMessage()]  # B still serves
+        await runner.run(B.id, ["fidelity"], trigger="manual")
+    loud = [r for r in caplog.records if "FAILS OPEN" in r.getMessage()]
+    assert len(loud) == 1 and "prov-b/m was the last routable endpoint of model m" in loud[0].getMessage()
+
+
+async def test_operator_pins_are_left_alone() -> None:
+    script = Script({"fidelity": ["fail"]})
+    runner, health, _ = make_runner(script)
+    health.transition(A.id, "demoted", source="manual", reason="ops", at=1.0, operator=True)
+    report = await runner.run(A.id, ["fidelity"], trigger="manual")
+    assert health.get(A.id).manual and health.state(A.id) == "demoted" and report.rounds[0].transition is None

@@ -1,0 +1,218 @@
+"""The scheduler with a fake clock and a fake runner: jitter, demoted slowdown, errors survived,
+replicas deduplicated by the lease; and the lease contract on memory and on the real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from gateway.health_states import HealthStates
+from gateway.state_store.memory import MemoryStore
+from gateway.state_store.redis import RedisStore
+from probes.registry import ProbeRegistry
+from probes.scheduler import Lease, ProbeScheduler
+from probes.settings import ProbeSettings
+from tests.fakes.clock import FakeClock
+from tests.gateway.state_store.redis_helpers import REDIS_URL, delete_prefix, redis_available, unique_prefix
+
+
+class FakeRunner:
+    def __init__(self, clock: FakeClock, *, fail_on: str | None = None) -> None:
+        self.registry = ProbeRegistry({"logprob_drift": object, "fidelity": object})  # type: ignore[dict-item]
+        self.calls: list[tuple[float, str, str]] = []
+        self.clock = clock
+        self.fail_on = fail_on
+
+    async def run(self, endpoint_id: str, probes: list[str], *, trigger: str = "schedule", **kw: Any) -> None:
+        assert trigger == "schedule" and len(probes) == 1
+        self.calls.append((self.clock(), probes[0], endpoint_id))
+        if endpoint_id == self.fail_on:
+            raise ConnectionError("endpoint down")
+
+
+SETTINGS = ProbeSettings(intervals={"logprob_drift": 3600.0, "fidelity": 86_400.0, "agent": 10.0}, jitter=0.1,
+                         demoted_slowdown=4.0, lease_seconds=60.0)
+
+
+def scheduler(runner: FakeRunner, clock: FakeClock, lease: Lease, *, owner: str = "r1", health: HealthStates | None = None,
+              seed: int = 0) -> ProbeScheduler:
+    return ProbeScheduler(runner, SETTINGS, health or HealthStates(), lease, endpoints=["a", "b"], owner=owner,  # type: ignore[arg-type]
+                          clock=clock, sleep=clock.sleep, rng=random.Random(seed))
+
+
+async def run_for(sched: ProbeScheduler, clock: FakeClock, seconds: float, step: float = 60.0) -> None:
+    end = clock() + seconds
+    while clock() < end:
+        await sched.tick()
+        clock.advance(step)
+
+
+async def test_jobs_are_per_probe_and_endpoint_and_only_for_registered_probes() -> None:
+    clock = FakeClock()
+    sched = scheduler(FakeRunner(clock), clock, MemoryStore(clock))
+    assert set(sched.next_run) == {("logprob_drift", "a"), ("logprob_drift", "b"), ("fidelity", "a"), ("fidelity", "b")}
+    assert all(clock() <= at <= clock() + SETTINGS.intervals[p] for (p, _), at in sched.next_run.items())
+
+
+async def test_runs_follow_the_interval_with_jitter() -> None:
+    clock = FakeClock()
+    runner = FakeRunner(clock)
+    sched = scheduler(runner, clock, MemoryStore(clock))
+    await run_for(sched, clock, 2 * 86_400)
+    drift_a = [t for t, p, ep in runner.calls if (p, ep) == ("logprob_drift", "a")]
+    gaps = [b - a for a, b in zip(drift_a, drift_a[1:])]
+    assert 45 <= len(drift_a) <= 55
+    assert all(3600 * 0.9 - 60 <= g <= 3600 * 1.1 + 60 for g in gaps)
+    assert max(gaps) - min(gaps) > 120  # jittered, not a fixed beat
+    assert 1 <= sum(1 for _, p, ep in runner.calls if (p, ep) == ("fidelity", "b")) <= 3
+
+
+async def test_demoted_endpoints_are_probed_less_often() -> None:
+    clock = FakeClock()
+    runner = FakeRunner(clock)
+    health = HealthStates()
+    health.transition("b", "demoted", source="probe", reason="drift", at=0.0)
+    sched = scheduler(runner, clock, MemoryStore(clock), health=health)
+    await run_for(sched, clock, 2 * 86_400)
+    count = {ep: sum(1 for _, p, e in runner.calls if (p, e) == ("logprob_drift", ep)) for ep in "ab"}
+    assert 10 <= count["b"] <= 15 and count["a"] >= 3.5 * count["b"]
+
+
+async def test_errors_do_not_stop_the_scheduler() -> None:
+    clock = FakeClock()
+    runner = FakeRunner(clock, fail_on="a")
+    sched = scheduler(runner, clock, MemoryStore(clock))
+    await run_for(sched, clock, 86_400)
+    assert sched.failures >= 20 and sum(1 for _, _, ep in runner.calls if ep == "b") >= 20
+
+
+async def test_the_loop_runs_and_cancels_cleanly() -> None:
+    clock = FakeClock()
+    runner = FakeRunner(clock)
+    sched = scheduler(runner, clock, MemoryStore(clock))
+    sched.sleep = lambda s: asyncio.sleep(0, clock.advance(s))  # type: ignore[assignment,func-returns-value]
+    sched.start()
+    for _ in range(200):
+        await asyncio.sleep(0)
+    await sched.aclose()
+    assert runner.calls and sched._task is None
+
+
+async def test_two_replicas_run_each_job_once() -> None:
+    clock = FakeClock()
+    store = MemoryStore(clock)  # the shared store both replicas lease through
+    r1, r2 = FakeRunner(clock), FakeRunner(clock)
+    s1, s2 = scheduler(r1, clock, store, owner="r1", seed=1), scheduler(r2, clock, store, owner="r2", seed=2)
+    end = clock() + 86_400
+    while clock() < end:
+        await s1.tick()
+        await s2.tick()
+        clock.advance(60)
+    runs = sorted(r1.calls + r2.calls)
+    drift_a = [t for t, p, ep in runs if (p, ep) == ("logprob_drift", "a")]
+    # One run per interval between both replicas, not two.
+    assert 21 <= len(drift_a) <= 29, len(drift_a)
+    assert all(b - a >= 3600 * 0.9 * 0.95 - 60 for a, b in zip(drift_a, drift_a[1:]))
+    assert s1.skipped + s2.skipped >= 40
+
+
+# -- the lease contract on both stores --------------------------------------------------------
+
+
+@dataclass
+class Backend:
+    store: Any
+    advance: Callable[[float], Awaitable[None]]
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    if request.param == "memory":
+        clock = FakeClock()
+
+        async def advance(seconds: float) -> None:
+            clock.advance(seconds)
+
+        yield Backend(MemoryStore(clock), advance)
+        return
+    if not redis_available():
+        pytest.skip(f"Redis is not answering at {REDIS_URL} (scripts/services.sh starts it)")
+    prefix = unique_prefix()
+    store = RedisStore(REDIS_URL, prefix=prefix, timeout=1.0)
+    try:
+        yield Backend(store, asyncio.sleep)
+    finally:
+        await store.aclose()
+        delete_prefix(prefix)
+
+
+async def test_lease_is_exclusive_renewable_and_expires(backend: Backend) -> None:
+    store = backend.store
+    assert await store.lease_acquire("probe:x:a", "r1", 0.3)
+    assert not await store.lease_acquire("probe:x:a", "r2", 0.3)
+    assert await store.lease_acquire("probe:x:b", "r2", 0.3)  # another job is another lease
+    assert await store.lease_acquire("probe:x:a", "r1", 0.3)  # the holder renews
+    await backend.advance(0.4)
+    assert await store.lease_acquire("probe:x:a", "r2", 0.3)  # expired: taken over
+
+
+async def test_lease_release_only_by_the_holder(backend: Backend) -> None:
+    store = backend.store
+    assert await store.lease_acquire("probe:y:a", "r1", 30)
+    await store.lease_release("probe:y:a", "r2")
+    assert not await store.lease_acquire("probe:y:a", "r2", 30)
+    await store.lease_release("probe:y:a", "r1")
+    assert await store.lease_acquire("probe:y:a", "r2", 30)
+
+
+async def test_concurrent_acquires_give_one_holder(backend: Backend) -> None:
+    got = await asyncio.gather(*(backend.store.lease_acquire("probe:z:a", f"r{i}", 30) for i in range(8)))
+    assert sum(got) == 1
+
+
+# -- where it runs: the gateway's lifespan and `gwctl worker` ---------------------------------
+
+
+def test_the_gateway_lifespan_starts_and_stops_the_scheduler(tmp_path: Any) -> None:
+    from starlette.testclient import TestClient
+
+    from gateway.app import create_app
+    from providers.http_mock import MockHTTPClient
+    from tests.gateway.persistence.app_helpers import answer, settings
+
+    app = create_app(settings(tmp_path, None, probes={"enabled": True}), client_factory=lambda: MockHTTPClient(answer))
+    with TestClient(app) as client:
+        assert client.app_state["gw"].probes is not None
+        tasks = client.portal.call(lambda: [t.get_name() for t in asyncio.all_tasks()])  # type: ignore[union-attr]
+        assert "probe-scheduler" in tasks
+    # Leaving the client ran the lifespan's shutdown: the task was cancelled and awaited.
+
+
+async def test_the_worker_runs_scheduled_probes_until_stopped(tmp_path: Any) -> None:
+    from probes.worker import run_worker
+    from providers.http_mock import MockHTTPClient
+    from tests.gateway.persistence.app_helpers import answer, settings
+
+    upstream = MockHTTPClient(answer)
+    cfg = settings(tmp_path, None, probes={"intervals": {"fidelity": 0.2}, "fidelity": {"samples": 10}, "seed": 1})
+    stop = asyncio.Event()
+
+    async def stop_when_both_probed() -> None:
+        for _ in range(400):
+            if {r.url.split("/v1")[0] for r in upstream.requests} == {"http://p.test", "http://q.test"}:
+                break
+            await asyncio.sleep(0.05)
+        stop.set()
+
+    watcher = asyncio.get_running_loop().create_task(stop_when_both_probed())
+    counts = await run_worker(cfg, stop=stop, client_factory=lambda: upstream)
+    await watcher
+    # Both endpoints' fidelity probes ran (the mock answers carry no logprobs: error results, survived).
+    assert counts["runs"] >= 2 and counts["failures"] == 0
+    assert {r.url.split("/v1")[0] for r in upstream.requests} == {"http://p.test", "http://q.test"}
+    assert upstream.closed

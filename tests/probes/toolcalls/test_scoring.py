@@ -1,0 +1,115 @@
+"""The pure scoring: per-case outcomes, the K2VV-style figures, and the judgement."""
+
+from __future__ import annotations
+
+import pytest
+from scipy import stats
+
+from probes.settings import ToolCallSettings
+from probes.toolcalls.cases import Case, ExpectedCall
+from probes.toolcalls.scoring import CaseOutcome, Figures, error_test, exact_match, figures, judge, outcome_of
+from probes.toolcalls.validator import SchemaCache
+from tests.probes.toolcalls.fakes import call_response, text_response
+from tests.probes.toolcalls.test_validator import WEATHER
+
+SETTINGS = ToolCallSettings()
+
+
+def case(expected: tuple[ExpectedCall, ...] | None = None, *, expect_call: bool = True) -> Case:
+    return Case("c1", "single", ({"role": "user", "content": "x"},), (WEATHER,), "auto", 64, expect_call, expected)
+
+
+def test_exact_match_ignores_order_and_number_spelling() -> None:
+    expected = (ExpectedCall("a", {"n": 100}), ExpectedCall("b", {"s": "x"}))
+    assert exact_match(expected, [("b", {"s": "x"}), ("a", {"n": 100.0})])
+    assert not exact_match(expected, [("a", {"n": 100})])
+    assert not exact_match(expected, [("a", {"n": 100}), ("b", {"s": "y"})])
+
+
+def test_outcome_of_a_response() -> None:
+    schemas = SchemaCache()
+    paris = (ExpectedCall("get_weather", {"city": "Paris"}),)
+    good = outcome_of(case(paris), call_response([("get_weather", {"city": "Paris"})]), schemas)
+    assert good.triggered and good.schema_ok and good.exact and not good.bad and good.judged
+    wrong = outcome_of(case(paris), call_response([("get_weather", {"city": "Rome"})]), schemas)
+    assert wrong.schema_ok and wrong.exact is False and not wrong.bad
+    broken = outcome_of(case(paris), call_response([("get_weather", {"town": "Paris"})]), schemas)
+    assert broken.bad and not broken.schema_ok and broken.counts == {"schema_mismatch": 1}
+    text = outcome_of(case(expect_call=False), text_response("hi"), schemas)
+    assert not text.triggered and not text.bad and text.exact is None
+    cut = outcome_of(case(paris), call_response([("get_weather", {"city": "P"})], finish="length"), schemas)
+    assert not cut.judged
+    assert CaseOutcome.from_stored("c1", good.stored()) == CaseOutcome("c1", True, True, True, False, True, {})
+
+
+def _o(cid: str, triggered: bool, *, ok: bool = True, bad: bool = False, exact: bool | None = None) -> CaseOutcome:
+    return CaseOutcome(cid, triggered, True, triggered and ok, bad, exact, {})
+
+
+def test_figures_count_triggers_against_the_truth() -> None:
+    outcomes = [
+        _o("a", True, exact=True),
+        _o("b", True, ok=False, bad=True, exact=False),
+        _o("c", False),  # missed call
+        _o("d", True),  # called where no call is right
+        _o("e", False),
+    ]
+    fig = figures(outcomes, {"a": True, "b": True, "c": True, "d": False, "e": False})
+    assert (fig.tp, fig.fp, fig.fn, fig.tn) == (2, 1, 1, 1)
+    assert fig.precision == pytest.approx(2 / 3) and fig.recall == pytest.approx(2 / 3)
+    assert fig.f1 == pytest.approx(2 / 3)
+    assert fig.schema_accuracy == pytest.approx(2 / 3) and fig.error_rate == pytest.approx(1 / 5)
+    assert fig.exact_match == pytest.approx(1 / 2)
+    none = figures([_o("e", False)], {"e": False})
+    assert none.f1 == 1.0 and none.schema_accuracy is None  # agreeing on "no call" is perfect
+
+
+def _fig(calls: int, ok: int, bad: int, *, tp: int | None = None, fn: int = 0, det: int = 0, exact: int = 0) -> Figures:
+    judged = calls + 20
+    tp = calls if tp is None else tp
+    return Figures(judged, judged, calls, ok, bad, tp, calls - tp, fn, 20 - fn, det, exact)
+
+
+def test_error_test_is_the_binomial_tail() -> None:
+    assert error_test(3, 100, 0.002) == pytest.approx(stats.binom.sf(2, 100, 0.002))
+    assert error_test(0, 100, 0.002) == pytest.approx(1.0)
+    assert error_test(3, 100, 0.002) < 0.01 < error_test(2, 100, 0.002)
+
+
+def test_clean_run_passes_without_a_reference() -> None:
+    j = judge(_fig(100, 100, 0), None, SETTINGS, 0.002)
+    assert j.verdict == "pass" and not j.demote and j.reasons == ()
+    assert j.details["pass_marks"]["schema_accuracy"] == SETTINGS.schema_floor
+
+
+def test_bad_responses_fail_and_a_low_schema_accuracy_demotes() -> None:
+    three = judge(_fig(100, 97, 3), None, SETTINGS, 0.002)
+    assert three.verdict == "fail" and three.p_value is not None and three.p_value < 0.01 and not three.demote
+    many = judge(_fig(100, 90, 10), None, SETTINGS, 0.002)
+    assert many.verdict == "fail" and many.demote
+
+
+def test_the_reference_sets_the_null_rate_and_the_pass_marks() -> None:
+    ref = _fig(100, 90, 10, det=50, exact=40)  # a weak reference engine: 10% bad
+    same = judge(_fig(100, 90, 10, det=50, exact=40), ref, SETTINGS, 0.002)
+    assert same.verdict == "pass", same.reasons
+    assert same.details["null_error_rate"] == pytest.approx(10 / 120)
+    assert same.details["pass_marks"]["schema_accuracy"] == pytest.approx(0.87)
+    assert "fisher_p" in same.details
+    worse = judge(_fig(100, 80, 20, det=50, exact=40), ref, SETTINGS, 0.002)
+    assert worse.verdict == "fail"
+    assert any("schema accuracy" in r for r in worse.reasons)
+
+
+def test_trigger_and_exact_match_marks_apply_with_a_reference() -> None:
+    ref = _fig(100, 100, 0, det=50, exact=45)
+    shy = judge(_fig(100, 100, 0, tp=70, fn=30, det=50, exact=45), ref, SETTINGS, 0.002)  # misses 30 calls
+    assert shy.verdict == "fail" and any("F1" in r for r in shy.reasons)
+    sloppy = judge(_fig(100, 100, 0, det=50, exact=30), ref, SETTINGS, 0.002)
+    assert sloppy.verdict == "fail" and any("exact-argument" in r for r in sloppy.reasons)
+
+
+def test_too_few_responses_are_inconclusive() -> None:
+    fig = Figures(19, 19, 19, 0, 19, 19, 0, 0, 0, 0, 0)  # min_calls is 20
+    j = judge(fig, None, SETTINGS, 0.002)
+    assert j.verdict == "inconclusive" and j.p_value is None
