@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -108,6 +109,12 @@ def template_mismatches(sample: Pool, reference: Pool) -> list[int]:
     return sorted(int(i) for i in a.keys() & b.keys() if a[i] != b[i])
 
 
+def confirm_permutations(configured: int, alpha: float, confirm: bool) -> int:
+    """In a confirmatory round, enough permutations that the p-value floor 1/(B+1) sits 20 times
+    below alpha (a fault at the floor must be able to confirm)."""
+    return max(configured, math.ceil(20 / alpha)) if confirm else configured
+
+
 class Distribution:
     name: ClassVar[str] = "distribution"
     effect: ClassVar[Effect] = "confirm"
@@ -161,7 +168,7 @@ class Distribution:
 
         outcome = mmd_test(
             sample["texts"], sample["prompts"], reference_pool["texts"], reference_pool["prompts"],
-            max_chars=settings.max_chars, permutations=settings.permutations, rng=ctx.rng,
+            max_chars=settings.max_chars, permutations=confirm_permutations(settings.permutations, alpha, ctx.confirm), rng=ctx.rng,
         )
         if outcome.p_value is not None:
             outcome = replace(outcome, e_value=window_e(outcome.p_value, alpha, ctx.settings.health))

@@ -84,7 +84,9 @@ class HealthSettings(_Frozen):
     # (bench/health_sim.py). demote_e >= (low + high) * suspect_e: no null path skips that re-run.
     suspect_e: float = Field(1000.0, gt=1)
     demote_e: float = Field(20_000.0, gt=1)
-    confirm_alpha: float = Field(0.01, gt=0, lt=1)
+    # A confirmatory re-run must reject at this level (probes raise their permutation counts so
+    # their p-value floor sits below it).
+    confirm_alpha: float = Field(0.001, gt=0, lt=1)
     # Routing weight (the quality score routing multiplies in) while suspect and on probation.
     suspect_weight: float = Field(0.5, gt=0, le=1)
     probation_weight: float = Field(0.1, gt=0, le=1)

@@ -136,7 +136,8 @@ class AgentProbe:
                 comparisons["reference"] = compare(summary["passes"], summary["attempts"], ref, cfg)
         p = min(1.0, min(c["p_value"] for c in comparisons.values()) * len(comparisons)) if comparisons else None
         demote = any(c["demote"] for c in comparisons.values())
-        verdict: Verdict = "fail" if demote or (p is not None and p <= cfg.alpha) else "pass" if p is not None else "inconclusive"
+        alpha = min(cfg.alpha, ctx.settings.health.confirm_alpha) if ctx.confirm else cfg.alpha
+        verdict: Verdict = "fail" if demote or (p is not None and p <= alpha) else "pass" if p is not None else "inconclusive"
         outcome = Outcome(
             statistic=summary["pass_rate"], p_value=p, samples=summary["attempts"],
             reference_samples=comparisons["reference"]["attempts"] if "reference" in comparisons else None,

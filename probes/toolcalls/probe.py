@@ -87,6 +87,8 @@ class ToolCallProbe:
 
     async def run(self, ctx: ProbeContext) -> ProbeResult:
         settings = ctx.settings.toolcalls
+        if ctx.confirm:  # a confirmatory round judges at the stricter confirm_alpha
+            settings = settings.model_copy(update={"alpha": min(settings.alpha, ctx.settings.health.confirm_alpha)})
         suite = self.suite
         cases = suite.sample(settings.cases, ctx.rng)
         client = ctx.client

@@ -5,7 +5,7 @@ import pytest
 
 from probes.base import ProbeContext
 from probes.baselines import MemoryBaselines
-from probes.distribution import PROMPTS, Distribution, pool_key
+from probes.distribution import PROMPTS, Distribution, confirm_permutations, pool_key
 from probes.settings import DistributionSettings, ProbeSettings
 from probes.testbed.harness import EndpointSpec, Testbed
 from tests.fakes.catalog import make_endpoint
@@ -162,3 +162,10 @@ async def test_live_distribution_passes_honest_and_fails_substituted(testbed):
             assert swapped.details["reference_frozen_now"] is False
     finally:
         testbed.clear_fault("target")
+
+
+def test_a_confirmatory_round_raises_the_permutations_so_the_floor_sits_below_alpha() -> None:
+    assert confirm_permutations(1000, 0.001, confirm=False) == 1000
+    raised = confirm_permutations(1000, 0.001, confirm=True)
+    assert 1 / (raised + 1) < 0.001 / 10
+    assert confirm_permutations(50_000, 0.001, confirm=True) == 50_000

@@ -30,7 +30,10 @@ PROBES: dict[str, Any] = {
     "drift": {"prompts": ["x"], "requests": 6, "permutations": 1000},
     "distribution": {"prompts": 4, "samples_per_prompt": 4, "max_tokens": 8, "permutations": 1000},
     "fidelity": {"samples": 80},
-    "health": {"demoted_min_seconds": 0, "probation_seconds": 0, "clean_windows": 1},
+    # Six identical T=0 answers a window put the exact permutation floor at 2/924 per comparison
+    # (x2 Bonferroni): the default confirm_alpha of 0.001 is below it, so these small windows
+    # confirm at 0.01.
+    "health": {"demoted_min_seconds": 0, "probation_seconds": 0, "clean_windows": 1, "confirm_alpha": 0.01},
 }
 
 
