@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gateway.health_states import EndpointHealth  # noqa: E402
 from probes.base import Effect, ProbeResult, verdict_from_p  # noqa: E402
+from probes.distribution import confirm_permutations  # noqa: E402
 from probes.evidence import EvidenceState  # noqa: E402
 from probes.logprob_drift import drift_permutations  # noqa: E402
 from probes.policy import decide  # noqa: E402
@@ -67,12 +68,15 @@ def probe_models(s: ProbeSettings) -> dict[str, ProbeModel]:
                                     drift_permutations(s, confirm=False, tests=drift_tests),
                                     drift_permutations(s, confirm=True, tests=drift_tests)),
         "distribution": ProbeModel("distribution", "confirm", s.distribution.alpha, h.confirm_alpha, 1,
-                                   s.distribution.permutations, s.distribution.permutations),
+                                   s.distribution.permutations,
+                                   confirm_permutations(s.distribution.permutations, h.confirm_alpha, True)),
         "fidelity": ProbeModel("fidelity", "evidence", s.fidelity.alpha, h.confirm_alpha),
-        "toolcalls": ProbeModel("toolcalls", "confirm", s.toolcalls.alpha, s.toolcalls.alpha, gives_e=False),
-        "sentinels": ProbeModel("sentinels", "suspect", s.sentinels.loops.alpha, s.sentinels.loops.alpha,
+        # In a confirmatory round every probe judges at the stricter of its alpha and confirm_alpha.
+        "toolcalls": ProbeModel("toolcalls", "confirm", s.toolcalls.alpha, min(s.toolcalls.alpha, h.confirm_alpha),
                                 gives_e=False),
-        "agent": ProbeModel("agent", "evidence", s.agent.alpha, s.agent.alpha, gives_e=False),
+        "sentinels": ProbeModel("sentinels", "suspect", s.sentinels.loops.alpha,
+                                min(s.sentinels.loops.alpha, h.confirm_alpha), gives_e=False),
+        "agent": ProbeModel("agent", "evidence", s.agent.alpha, min(s.agent.alpha, h.confirm_alpha), gives_e=False),
     }
 
 
