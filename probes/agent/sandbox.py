@@ -1,7 +1,8 @@
 """Run untrusted Python in a subprocess: a scratch dir removed afterwards, rlimits (CPU, address
 space, file size, processes, open files), a pids cgroup, a wall-clock timeout that kills every
-process of the run, no network, a read-only file system outside the scratch dir, a stripped
-environment, `python -I -S`, and captured, size-capped output.
+process of the run, no network, a read-only file system outside the scratch dir with the
+gateway's working and home directories hidden under empty mounts, a stripped environment,
+`python -I -S`, and captured, size-capped output.
 
 `Sandbox` is the interface; `SubprocessSandbox` the implementation (see `sandbox_boot` for what
 happens inside); `probes.agent.fake_sandbox.FakeSandbox` the fake. `SandboxUnavailable` is raised,
@@ -96,10 +97,28 @@ def _read_capped(path: Path, cap: int) -> tuple[str, bool]:
     return data[:cap].decode("utf-8", "replace"), len(data) > cap
 
 
+def default_hidden(python: str) -> tuple[str, ...]:
+    """Directories generated code must not read (configs, databases, keys): the gateway's working
+    directory and the home directories, less any that hold the interpreter the sandbox runs."""
+    keep = Path(sys.base_prefix).resolve(), Path(python).resolve()
+    candidates = [Path.cwd(), Path.home(), Path("/home"), Path("/srv"), Path("/etc/ssl/private")]
+    hidden = []
+    for path in candidates:
+        path = path.resolve()
+        if path == Path("/") or not path.is_dir() or any(k == path or path in k.parents for k in keep):
+            continue
+        hidden.append(str(path))
+    return tuple(dict.fromkeys(hidden))
+
+
 class SubprocessSandbox:
-    def __init__(self, limits: Limits | None = None, *, python: str = sys.executable) -> None:
+    def __init__(
+        self, limits: Limits | None = None, *, python: str = sys.executable, hide: Sequence[str] | None = None
+    ) -> None:
         self.limits = limits or Limits()
-        self._python = python
+        # The real path: a virtualenv's python may sit under a directory that is hidden below.
+        self._python = str(Path(python).resolve())
+        self._hide = tuple(hide) if hide is not None else default_hidden(self._python)
 
     def _launcher(self) -> tuple[list[str], bool]:
         """The command prefix that puts the boot process in new namespaces, and whether the boot
@@ -144,6 +163,7 @@ class SubprocessSandbox:
             "unshare": self_unshare,
             "parent_ns": {ns: os.readlink(f"/proc/self/ns/{ns}") for ns in ("net", "mnt")},
             "scratch": str(scratch),
+            "hide": [h for h in self._hide if not str(scratch).startswith(h.rstrip("/") + "/")],
             "limits": {
                 "cpu": (lim.cpu_seconds, lim.cpu_seconds + 1),
                 "as": (lim.memory_bytes, lim.memory_bytes),

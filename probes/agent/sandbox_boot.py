@@ -63,6 +63,17 @@ def _read_only_except(scratch: str) -> None:
     os.chdir(scratch)  # the old cwd is the directory under the bind mount, now read-only
 
 
+def _hide(paths: list[str]) -> None:
+    """An empty, read-only tmpfs over each directory the code must not read."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for path in paths:
+        if os.path.isdir(path):
+            if libc.mount(b"tmpfs", path.encode(), b"tmpfs", ctypes.c_ulong(_MS_RDONLY | _MS_NOSUID | _MS_NODEV),
+                          b"size=4k,mode=555") != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"mount tmpfs on {path}: {os.strerror(err)}")
+
+
 def _isolate(spec: dict[str, object]) -> None:
     cgroup = spec.get("cgroup_procs")
     if cgroup:
@@ -81,6 +92,7 @@ def _isolate(spec: dict[str, object]) -> None:
             _refuse(f"still in the parent's {ns} namespace")
     try:
         _read_only_except(str(spec["scratch"]))
+        _hide([str(p) for p in spec.get("hide") or ()])  # type: ignore[union-attr]
     except OSError as exc:
         _refuse(f"cannot make the file system read-only: {exc}")
     for name, value in dict(spec["limits"]).items():  # type: ignore[call-overload]

@@ -206,3 +206,24 @@ def test_refuses_as_root_without_a_pids_cgroup(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(sandbox_module.os, "geteuid", lambda: 0)
     with pytest.raises(SandboxUnavailable, match="pids cgroup"):
         run("print(1)")
+
+
+def test_hidden_directories_read_as_empty(tmp_path: Path) -> None:
+    secrets = tmp_path / "gateway-home"
+    secrets.mkdir()
+    (secrets / "config.yaml").write_text("admin_key: sk-secret")
+    code = (
+        "import os, sys\n"
+        f"print(sorted(os.listdir({str(secrets)!r})))\n"
+        f"try:\n    open({str(secrets / 'config.yaml')!r}).read()\nexcept OSError as e:\n    print(type(e).__name__)\n"
+    )
+    result = SubprocessSandbox(FAST, hide=[str(secrets)]).run({"main.py": code}, "main.py")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["[]", "FileNotFoundError"]
+
+
+def test_by_default_the_working_directory_is_hidden_but_the_interpreter_kept() -> None:
+    cwd = str(Path.cwd().resolve())  # the repository (configs, databases) while tests run
+    assert cwd in sandbox_module.default_hidden(sandbox_module.sys.executable)
+    result = run(f"import os\nprint(os.listdir({cwd!r}))")
+    assert (result.exit_code, result.stdout) == (0, "[]\n"), result.stderr
