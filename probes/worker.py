@@ -21,9 +21,9 @@ async def run_worker(
 ) -> dict[str, int]:
     """Run the scheduler until `stop` is set; returns its counters (runs, skipped, failures)."""
     from gateway.app import build_state  # the same state the gateway builds
-    from providers.http import AiohttpClient
+    from providers.http_native import NativeClient  # the gateway's own default client
 
-    client = (client_factory or AiohttpClient)()
+    client = (client_factory or NativeClient)()
     state = build_state(settings, client=client)
     assert state.shared is not None
     await state.shared.sync_once()
