@@ -18,6 +18,7 @@ from gateway.health_states import HealthStates
 from gateway.http import admin, admin_api, admin_probes, health, openai_routes, route_admin
 from gateway.http import dashboard
 from gateway.http import metrics as metrics_route
+from gateway.http.fast import GatewayApp
 from gateway.http.errors import method_not_allowed, not_found, server_error
 from gateway.http.middleware import RequestIdMiddleware
 from gateway.metrics import build_metrics
@@ -141,7 +142,8 @@ def create_app(
             await state.shared.aclose()
             await client.aclose()
 
-    return Starlette(
+    return GatewayApp(
+        fast_routes=openai_routes.fast_routes,
         routes=[*openai_routes.routes, *health.routes, *admin.routes, *admin_api.routes, *admin_probes.routes, *metrics_route.routes, *route_admin.routes, *dashboard.routes],
         middleware=[Middleware(RequestIdMiddleware)],
         exception_handlers={404: not_found, 405: method_not_allowed, Exception: server_error},

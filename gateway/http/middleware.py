@@ -11,6 +11,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 _VALID = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 
 
+def request_id_for(scope: Scope) -> str:
+    """The client's x-request-id when it is sane, else a new random one."""
+    return _incoming_id(scope) or f"req_{os.urandom(16).hex()}"
+
+
 def _incoming_id(scope: Scope) -> str | None:
     for name, value in scope.get("headers", ()):
         if name == b"x-request-id":
@@ -35,7 +40,7 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send)
             return
         started = self._clock()
-        request_id = _incoming_id(scope) or f"req_{os.urandom(16).hex()}"
+        request_id = request_id_for(scope)
         scope["gateway.request_id"] = request_id
 
         async def send_with_id(message: Message) -> None:

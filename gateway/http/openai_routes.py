@@ -78,7 +78,8 @@ async def _send_error(send: Send, exc: GatewayError, headers: dict[str, str]) ->
 class InferenceEndpoint:
     """One inference operation as a raw ASGI app: the pipeline stages in order, with no Request or
     Response objects and, for streams, one small task that watches for the client going away
-    (instead of a task group per stream). Routing still goes through Starlette's router."""
+    (instead of a task group per stream). `GatewayApp` calls them directly on an exact path match
+    (`fast_routes`); the Starlette routes below serve the rest (405s, trailing slashes)."""
 
     def __init__(self, op: Operation) -> None:
         self.op = op
@@ -101,15 +102,19 @@ class InferenceEndpoint:
             return
         except GatewayError as exc:
             ctx.status, ctx.error = exc.status_code, type(exc).__name__
-            state.accountant.record(ctx)
-            await _send_error(send, exc, ctx.response_headers(clock()))
+            try:
+                await _send_error(send, exc, ctx.response_headers(clock()))
+            finally:
+                state.accountant.record(ctx)
             return
         if isinstance(result, Completed):
-            headers = ctx.response_headers(clock())
             if ctx.response_parts is not None:
                 ctx.response_parts.append(result.body)
-            state.accountant.record(ctx)
-            await _send_json(send, 200, result.body, headers)
+            # The answer leaves first; the accounting (and routing's feedback) after it.
+            try:
+                await _send_json(send, 200, result.body, ctx.response_headers(clock()))
+            finally:
+                state.accountant.record(ctx)
             return
         await self._stream(state, ctx, result, receive, send)
 
@@ -188,6 +193,11 @@ async def get_model(request: Request) -> Response:
     return Response(orjson.dumps(_model_card(model, state.catalog.created)), media_type="application/json", headers=headers)
 
 
+fast_routes = {
+    "/v1/chat/completions": chat_completions,
+    "/v1/completions": completions,
+    "/v1/embeddings": embeddings,
+}
 routes = [
     Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     Route("/v1/completions", completions, methods=["POST"]),

@@ -46,8 +46,11 @@ class Streaming:
 
 async def parse_stream(response: UpstreamResponse, translator: StreamTranslator) -> AsyncIterator[ParsedChunk]:
     """One merged chunk per upstream read: events that arrived together leave together, in one
-    write to the client (one transport write per event cost about half the CPU of a stream)."""
+    write to the client (one transport write per event cost about half the CPU of a stream).
+    The exception is the first event with a payload: it leaves alone, at once, so the time to
+    the first token does not wait for the rest of a burst to be translated."""
     decoder = SSEDecoder()
+    first_sent = False
     async for raw in response.chunks():
         merged: ParsedChunk | None = None
         try:
@@ -61,6 +64,10 @@ async def parse_stream(response: UpstreamResponse, translator: StreamTranslator)
                     merged.done = chunk.done
                 if chunk.done:
                     break
+                if not first_sent and merged.payloads:
+                    first_sent = True
+                    yield merged
+                    merged = None
         except ProviderError:
             if merged is not None and merged.payloads:
                 yield merged  # what arrived before the failure still reaches the client first

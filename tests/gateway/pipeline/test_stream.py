@@ -131,21 +131,25 @@ def test_error_event_shape() -> None:
     assert orjson.loads(event[6:]) == {"error": {"message": "boom", "type": "api_error", "param": None, "code": "x"}}
 
 
-async def test_parse_stream_merges_one_read_and_keeps_events_before_a_failure() -> None:
+async def test_parse_stream_sends_the_first_event_alone_then_merges_each_read_and_keeps_events_before_a_failure() -> None:
     from gateway.pipeline.dispatch import parse_stream
     from providers.base import Target
     from providers.http_mock import _Bound
     from providers.openai_compat import OpenAIStreamTranslator
 
     target = Target(endpoint_id="ep", base_url="http://x", upstream_model="up", public_model="pub")
-    one_read = b'data: {"n":1}\n\ndata: {"n":2}\n\n'
-    second_read = b'data: {"n":3}\n\ndata: {"error":{"message":"boom"}}\n\ndata: {"n":4}\n\n'
+    one_read = b'data: {"usage":{"prompt_tokens":3}}\n\ndata: {"n":1}\n\ndata: {"n":2}\n\ndata: {"n":3}\n\n'
+    second_read = b'data: {"n":4}\n\ndata: {"error":{"message":"boom"}}\n\ndata: {"n":5}\n\n'
     response = _Bound(MockResponse(chunks=[one_read, second_read]))
-    chunks = parse_stream(response, OpenAIStreamTranslator(target, strip_usage=False))
+    chunks = parse_stream(response, OpenAIStreamTranslator(target, strip_usage=True))
 
+    # The first payload leaves at once (time to first token), with what came before it.
     first = await chunks.__anext__()
-    assert first.payloads == [b'{"n":1}', b'{"n":2}']
+    assert first.payloads == [b'{"n":1}']
+    assert first.usage is not None and first.usage.prompt_tokens == 3
+    rest_of_read = await chunks.__anext__()
+    assert rest_of_read.payloads == [b'{"n":2}', b'{"n":3}']
     before_failure = await chunks.__anext__()
-    assert before_failure.payloads == [b'{"n":3}']
+    assert before_failure.payloads == [b'{"n":4}']
     with pytest.raises(ProviderStreamError, match="boom"):
         await chunks.__anext__()
