@@ -83,6 +83,9 @@ class RequestFeatures:
     blocks: Blocks = DEFAULT_BLOCKS
     # Stable over a conversation's turns: consistent-hash key and prompt_cache_key seed.
     family: int = 0
+    # Full chain blocks within the family prefix: chain[family_blocks] is the first block that
+    # tells conversations of one family apart (0 when the client gave its own prompt_cache_key).
+    family_blocks: int = 0
     prefs: ProviderPreferences = NO_PREFERENCES
     key_policy: KeyPolicy = field(default_factory=KeyPolicy)
     key_name: str | None = None
@@ -237,7 +240,11 @@ def extract(
     n = body.get("n") if isinstance(body.get("n"), int) else 1
     expected = 0 if op == "embeddings" else (min(max_out, expected_output_tokens) if max_out else expected_output_tokens) * max(1, n)
     client_key = body.get("prompt_cache_key")
-    family_seed = client_key.encode() if isinstance(client_key, str) and client_key else family_src[:family_bytes]
+    if isinstance(client_key, str) and client_key:
+        family_seed, family_blocks = client_key.encode(), 0
+    else:
+        family_seed = family_src[:family_bytes]
+        family_blocks = blocks.count(len(family_seed))
     family = _hash(family_seed) if family_seed else 0
     if chain is None:
         chain = chains.chain(family, canonical, blocks) if chains is not None else chain_hashes(canonical, blocks)
@@ -254,6 +261,7 @@ def extract(
         canonical_bytes=len(canonical),
         blocks=blocks,
         family=family,
+        family_blocks=family_blocks,
         prefs=prefs,
         key_policy=key_policy,
         key_name=key_name,

@@ -13,11 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import xxhash
-
 from gateway.catalog import Catalog, Endpoint
 from gateway.errors import InvalidRequest
 from gateway.routing import explain, preferences
+from gateway.routing.cache_key import CacheKeySharder
 from gateway.routing.decision import NOT_READY, SOFT_REASONS, Decision, Filtered, Scored
 from gateway.routing.features import ChainCache, RequestFeatures, blocks_of, extract
 from gateway.routing.filters import apply_filters
@@ -88,6 +87,7 @@ class Router:
         self.chains = ChainCache(cfg.affinity.chain_cache_mb << 20)
         self.blocks = blocks_of(cfg.affinity)
         self._takes_cache_key = frozenset(e for e, p in shared.profiles.items() if p.prompt_cache_key)
+        self.cache_keys = CacheKeySharder(clock, shard_rpm=cfg.affinity.shard_rpm, max_shards=cfg.affinity.max_shards)
 
     # -- the decision -------------------------------------------------------------------
 
@@ -181,14 +181,10 @@ class Router:
         if f.family and "prompt_cache_key" not in ctx.body:
             keyed = [ep.id for ep in endpoints if ep.id in self._takes_cache_key]
             if keyed:
-                extra = {"prompt_cache_key": self.prompt_cache_key(f)}
+                # Counted only here, where a key is sent: the rate is what the upstream sees.
+                extra = {"prompt_cache_key": self.cache_keys.key_for(f)}
                 ctx.body_extra = {endpoint_id: extra for endpoint_id in keyed}
         return Ordering(endpoints, fail_open=decision.fail_open)
-
-    @staticmethod
-    def prompt_cache_key(f: RequestFeatures) -> str:
-        """H(key name, prefix family): the same for a conversation's turns, distinct per tenant."""
-        return f"gw-{xxhash.xxh3_64_intdigest((f.key_name or '-').encode(), f.family & 0xFFFFFFFFFFFFFFFF):016x}"
 
     # -- feedback from dispatch ---------------------------------------------------------
 

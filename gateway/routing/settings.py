@@ -75,6 +75,10 @@ class AffinitySettings(_Frozen):
     reliability_alpha: float = Field(0.2, gt=0, le=1)
     # The family key (consistent hashing, prompt_cache_key) covers at most this many bytes.
     family_bytes: int = Field(4096, ge=64)
+    # Shard prompt_cache_key above this RPM per (key, family) on a replica: OpenAI overflows past ~15.
+    shard_rpm: float = Field(15.0, gt=0)
+    # The most shards of one family's prompt_cache_key (rounded down to a power of two).
+    max_shards: int = Field(16, ge=1)
     # Memory for each conversation's last chain, so a new turn hashes only its new blocks (0: off).
     chain_cache_mb: int = Field(64, ge=0)
 
