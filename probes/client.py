@@ -30,6 +30,20 @@ class ProbeUnavailable(Exception):
         self.status = status
 
 
+class ContextOverflow(ProbeUnavailable):
+    """The endpoint refused the request as longer than its context window: the request's doing
+    (an agent's growing transcript), not the endpoint's, so it is not counted as an error."""
+
+
+_CONTEXT_WORDS = ("context length", "context window", "context_length", "maximum context")
+
+
+def _refusal(message: str, status: int) -> ProbeUnavailable:
+    if status == 400 and any(word in message.lower() for word in _CONTEXT_WORDS):
+        return ContextOverflow(message, status=status)
+    return ProbeUnavailable(message, status=status)
+
+
 class ProbeClient:
     def __init__(self, endpoint: Endpoint, http: HTTPClient, timeouts: Timeouts, budget: ProbeBudget) -> None:
         self.endpoint = endpoint
@@ -64,11 +78,13 @@ class ProbeClient:
                 raw = await response.read()
                 if response.status >= 400:
                     error = ep.adapter.map_error(ep.target, response.status, response.headers, raw)
-                    raise ProbeUnavailable(f"{ep.id}: {error.message}", status=response.status)
+                    raise _refusal(f"{ep.id}: {error.message}", response.status)
                 parsed = ep.adapter.parse_response(ep.target, op, raw)
             finally:
                 response.close()
             data = json.loads(parsed.body)
+        except ContextOverflow:
+            raise
         except ProbeUnavailable:
             self.errors += 1
             raise

@@ -13,7 +13,10 @@ Its deviations (see DESIGN.md, "Normalising upstreams"), as seen with llama-cpp-
 - ``tool_choice: "required"`` fails an assert (500, empty message): with one tool it is sent as
   that tool by name; with several it is a 400 naming ``tool_choice`` (other endpoints may be tried);
 - ``n`` is ignored (one choice): the engine endpoints declare ``Capabilities.native_n = False``, and
-  dispatch fans out (`gateway.pipeline.fanout`).
+  dispatch fans out (`gateway.pipeline.fanout`);
+- sampling adds top-k 40, min-p 0.05 and a repeat penalty of 1.1 by default, so "temperature 1"
+  does not sample the distribution the reported logprobs describe (the fidelity probe demotes it):
+  unless the request sets them, they are sent switched off, leaving OpenAI's temperature and top_p.
 Still not normalised: ``stream_options.include_usage`` (no usage chunk; no token counts are
 invented), and the chatml-function-calling template's own limits (see README, "Local engine").
 """
@@ -37,6 +40,8 @@ _TRACE_START = re.compile(r'^\s*(Traceback \(most recent call last\)|File ")')
 # An absolute file path (POSIX or Windows); not the path part of a URL.
 _PATH = re.compile(r"(?<![\w:/.])(?:/[\w.\-]+){2,}/?|\b[A-Za-z]:\\[^\s\"']*")
 _MAX_MESSAGE = 500
+# llama_cpp.server's extra samplers and their "off" values (its defaults: 40, 0.05, 1.1).
+_SAMPLERS_OFF = (("top_k", 0), ("min_p", 0.0), ("repeat_penalty", 1.0))
 
 
 class LlamaCppAdapter(OpenAICompatAdapter):
@@ -52,6 +57,9 @@ class LlamaCppAdapter(OpenAICompatAdapter):
                 payload["max_tokens"] = limit if current is None else min(limit, current)
         if payload.get("tool_choice") == "required" and payload.get("tools"):
             payload["tool_choice"] = _required_tool(target, payload["tools"])
+        if op != "embeddings":
+            for name, off in _SAMPLERS_OFF:
+                payload.setdefault(name, off)
         return payload
 
     def normalise_response(self, obj: dict[str, Any]) -> dict[str, Any]:

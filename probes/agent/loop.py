@@ -17,9 +17,10 @@ from probes.agent.grader import Grade, grade, run_visible
 from probes.agent.sandbox import Sandbox
 from probes.agent.tasks.base import Task
 from probes.agent.tools import TOOLS, ToolBox, Workspace
-from probes.client import ProbeUnavailable
+from probes.client import ContextOverflow, ProbeUnavailable
 
-Stop = Literal["final", "max_steps", "unavailable", "bad_response"]
+# "context_full": the transcript outgrew the endpoint's context window; graded like "max_steps".
+Stop = Literal["final", "max_steps", "context_full", "unavailable", "bad_response"]
 
 SYSTEM = """\
 You are a careful software engineer working alone in an empty directory. Solve the task below by
@@ -106,6 +107,13 @@ async def run_agent(task: Task, client: ChatClient, sandbox: Sandbox, config: Lo
         run.steps += 1
         try:
             response = await client.chat(body)
+        except ContextOverflow:
+            if run.steps == 1:  # the task itself does not fit: the endpoint cannot be graded on it
+                run.stop, run.error = "unavailable", "the task's first request exceeds the context window"
+                break
+            run.steps -= 1  # not a step the model took
+            run.stop = "context_full"
+            break
         except ProbeUnavailable as exc:
             run.stop, run.error = "unavailable", str(exc)
             break

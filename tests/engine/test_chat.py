@@ -91,8 +91,10 @@ async def test_chat_streaming_async(gateway: Gateway) -> None:
 
 
 def test_chat_streaming_sync_helper(client: openai.OpenAI) -> None:
-    # T=0 and room to finish: the SDK helper raises LengthFinishReasonError on finish_reason "length".
-    with client.chat.completions.stream(model=MODEL, messages=HELLO, max_tokens=64, temperature=0) as stream:
+    # T=0, a question SmolLM2 answers in a few tokens, and room to finish: the SDK helper raises
+    # LengthFinishReasonError on finish_reason "length" (greedy "Say hello." loops until the limit).
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    with client.chat.completions.stream(model=MODEL, messages=question, max_tokens=64, temperature=0) as stream:
         deltas = [event.delta for event in stream if event.type == "content.delta"]
         final = stream.get_final_completion()
 

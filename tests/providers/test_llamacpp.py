@@ -142,7 +142,19 @@ def test_with_both_limits_the_smaller_one_wins() -> None:
     base = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     assert sent(base | {"max_completion_tokens": 7, "max_tokens": 3})["max_tokens"] == 3
     assert sent(base | {"max_completion_tokens": 2, "max_tokens": 3})["max_tokens"] == 2
-    assert sent(base | {"max_tokens": 3}) == base | {"model": "smollm2", "max_tokens": 3}
+    assert sent(base | {"max_tokens": 3}) == base | {"model": "smollm2", "max_tokens": 3} | SAMPLERS_OFF
+
+
+# -- the engine's extra samplers ---------------------------------------------------------
+
+SAMPLERS_OFF = {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
+
+
+def test_the_engine_samplers_are_off_so_temperature_means_what_openai_means() -> None:
+    base = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 1.0}
+    assert {k: sent(base)[k] for k in SAMPLERS_OFF} == SAMPLERS_OFF
+    mine = sent(base | {"top_k": 5, "repeat_penalty": 1.3})  # a client that sets them keeps them
+    assert (mine["top_k"], mine["repeat_penalty"], mine["min_p"]) == (5, 1.3, 0.0)
 
 
 # -- the deprecated function_call beside tool_calls -------------------------------------

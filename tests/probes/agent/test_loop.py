@@ -10,7 +10,7 @@ from probes.agent.fake_sandbox import FakeSandbox
 from probes.agent.loop import AgentRun, LoopConfig, run_agent
 from probes.agent.tasks import tasks_named
 from probes.agent.tools import TOOLS
-from probes.client import ProbeUnavailable
+from probes.client import ContextOverflow, ProbeUnavailable
 from tests.probes.agent.conftest import solution
 
 (ROMAN,) = tasks_named(["roman"])
@@ -117,6 +117,21 @@ async def test_an_unavailable_endpoint_ends_the_run() -> None:
     client = ScriptedClient(reply(call("run_tests", {})), ProbeUnavailable("down", status=503))
     run = await run_agent(ROMAN, client, FakeSandbox.reporting([]), LoopConfig(max_steps=5))
     assert (run.stop, run.steps, run.error) == ("unavailable", 2, "down")
+
+
+async def test_a_transcript_that_outgrows_the_context_ends_the_run_graded() -> None:
+    full = ContextOverflow("ep: the maximum context length is 4096 tokens", status=400)
+    client = ScriptedClient(reply(call("write_file", {"path": "roman.py", "content": "A = 1\n"})), full)
+    run = await run_agent(ROMAN, client, FakeSandbox.reporting([]), LoopConfig(max_steps=5))
+    # The refused request is not a step the model took; what it wrote is still graded.
+    assert (run.stop, run.steps, run.error) == ("context_full", 1, None)
+    assert len(client.requests) == 2 and run.files == {"roman.py": "A = 1\n"} and run.grade is not None
+
+
+async def test_a_task_that_does_not_fit_at_all_is_not_graded() -> None:
+    client = ScriptedClient(ContextOverflow("ep: context window exceeded", status=400))
+    run = await run_agent(ROMAN, client, FakeSandbox.reporting([]), LoopConfig(max_steps=5))
+    assert run.stop == "unavailable" and "context window" in (run.error or "")
 
 
 async def test_a_response_without_choices_ends_the_run() -> None:

@@ -72,9 +72,10 @@ async def test_the_loop_completes_its_protocol_against_the_real_model(client: Pr
     print(f"\nreal model: stop={run.stop} steps={run.steps} tool_calls={run.tool_calls} malformed={run.malformed_calls} "
           f"tokens={run.tokens} stage={run.grade.stage if run.grade else None} passed={run.passed} "
           f"files={sorted(run.files)} finish={run.finish_reasons}")
-    assert run.stop in ("final", "max_steps") and run.error is None
+    assert run.stop in ("final", "max_steps", "context_full") and run.error is None
     assert 1 <= run.steps <= STEPS and len(run.finish_reasons) == run.steps
-    assert client.requests == run.steps and client.errors == 0
+    # A request refused for the context window is made but is not a step, nor an endpoint error.
+    assert client.requests == run.steps + (run.stop == "context_full") and client.errors == 0
     assert run.tokens == client.tokens and run.prompt_tokens > 0
     assert run.grade is not None and run.grade.task == "roman"
     # Every assistant turn with tool calls is answered by one tool message per call, by id, in order.

@@ -1,0 +1,43 @@
+"""ProbeClient: what counts as the endpoint's error, and what is the request's own doing."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+import pytest
+
+from probes.budget import ProbeBudget
+from probes.client import ContextOverflow, ProbeClient, ProbeUnavailable
+from providers.http import Timeouts
+from providers.http_mock import MockHTTPClient, MockResponse
+from tests.fakes.catalog import make_endpoint
+
+TIMEOUTS = Timeouts(connect=1, first_byte=1, between_chunks=1, total=1)
+
+
+def probe_client(status: int, message: str) -> ProbeClient:
+    body = orjson.dumps({"error": {"message": message, "type": "invalid_request_error"}})
+    http = MockHTTPClient(lambda request: MockResponse(status=status, body=body))
+    budget = ProbeBudget(requests_per_day=100, tokens_per_day=0, clock=time.time)
+    return ProbeClient(make_endpoint("ep", "m"), http, TIMEOUTS, budget)
+
+
+@pytest.mark.parametrize("message", [
+    "This model's maximum context length is 4096 tokens. However, you requested 4256 tokens.",
+    "Requested tokens (5000) exceed context window of 4096",
+])
+async def test_a_context_length_refusal_is_the_requests_doing_not_an_endpoint_error(message: str) -> None:
+    client = probe_client(400, message)
+    with pytest.raises(ContextOverflow):
+        await client.chat({"messages": [{"role": "user", "content": "x"}]})
+    assert client.requests == 1 and client.errors == 0
+
+
+@pytest.mark.parametrize(("status", "message"), [(400, "temperature must be at most 2"), (500, "context length bug")])
+async def test_other_refusals_and_failures_count_as_errors(status: int, message: str) -> None:
+    client = probe_client(status, message)
+    with pytest.raises(ProbeUnavailable) as caught:
+        await client.chat({"messages": [{"role": "user", "content": "x"}]})
+    assert not isinstance(caught.value, ContextOverflow)
+    assert client.errors == 1
