@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -54,7 +54,7 @@ async def parse_stream(response: UpstreamResponse, translator: StreamTranslator)
     async for raw in response.chunks():
         merged: ParsedChunk | None = None
         try:
-            for event, data in decoder.feed(raw):
+            for event, data in _decoded(decoder, raw, first_pending=not first_sent):
                 chunk = translator.feed(event, data)
                 if merged is None:
                     merged = chunk
@@ -74,6 +74,18 @@ async def parse_stream(response: UpstreamResponse, translator: StreamTranslator)
             raise
         if merged is not None:
             yield merged
+
+
+def _decoded(decoder: SSEDecoder, raw: bytes, *, first_pending: bool) -> Iterator[tuple[str | None, bytes]]:
+    """The events of one read. Until the first event has gone out, a read holding several is
+    decoded in two steps, the first event alone, so the rest of a burst is not split into lines
+    before it leaves."""
+    if first_pending:
+        cut = raw.find(b"\n\n") + 2
+        if 1 < cut < len(raw):
+            yield from decoder.feed(raw[:cut])
+            raw = raw[cut:]
+    yield from decoder.feed(raw)
 
 
 class AttemptObserver(Protocol):

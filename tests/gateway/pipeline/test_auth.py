@@ -83,3 +83,34 @@ def test_add_key() -> None:
     auth = authenticator()
     auth.add_key(hashlib.sha256(b"sk-new-key-999").hexdigest(), "new")
     assert auth.authenticate("Bearer sk-new-key-999") == "new"
+
+
+def digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def test_a_revoked_stored_key_fails_at_once_even_after_it_passed() -> None:
+    auth = authenticator()
+    auth.set_stored_keys({digest("sk-stored-1"): "stored"}, any_defined=True)
+    assert auth.authenticate("Bearer sk-stored-1") == "stored"
+    assert auth.authenticate("Bearer sk-stored-1") == "stored"  # remembered as passed
+    auth.set_stored_keys({}, any_defined=True)
+    with pytest.raises(AuthenticationFailed):
+        auth.authenticate("Bearer sk-stored-1")
+    assert auth.authenticate(f"Bearer {KEY}") == "team-a"  # config keys stay
+
+
+def test_only_passing_headers_are_remembered_and_the_memory_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gateway.pipeline.auth as auth_module
+
+    monkeypatch.setattr(auth_module, "PASSED_CAP", 3)
+    auth = authenticator()
+    for i in range(10):
+        with pytest.raises(AuthenticationFailed):
+            auth.authenticate(f"Bearer sk-wrong-{i}")
+    assert len(auth._passed) == 0
+    for i in range(10):
+        auth.add_key(digest(f"sk-many-{i}"), f"many-{i}")
+    for i in range(10):
+        assert auth.authenticate(f"Bearer sk-many-{i}") == f"many-{i}"
+        assert len(auth._passed) <= 3

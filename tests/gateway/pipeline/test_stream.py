@@ -153,3 +153,20 @@ async def test_parse_stream_sends_the_first_event_alone_then_merges_each_read_an
     assert before_failure.payloads == [b'{"n":4}']
     with pytest.raises(ProviderStreamError, match="boom"):
         await chunks.__anext__()
+
+
+@pytest.mark.parametrize("reads", [
+    [b'data: {"n":1}\n\ndata: {"n":2}\n\ndata: [DONE]\n\n'],
+    [b'data: {"n":1}\n\n', b'data: {"n":2}\n\ndata: [DONE]\n\n'],
+    [b': keep-alive\n\ndata: {"n":1}\n\nevent: x\ndata: {"n":2}\n\n'],
+    [b'data: {"n":1}\r\n\r\ndata: {"n":2}\r\n\r\n'],
+    [b'data: {"n":1}\n', b'\ndata: {"n":2}\n\n'],
+])
+def test_decoding_the_first_event_alone_yields_the_same_events(reads: list[bytes]) -> None:
+    from gateway.pipeline.dispatch import _decoded
+    from providers.sse import SSEDecoder
+
+    plain, split = SSEDecoder(), SSEDecoder()
+    expected = [event for raw in reads for event in plain.feed(raw)]
+    got = [event for i, raw in enumerate(reads) for event in _decoded(split, raw, first_pending=i == 0)]
+    assert got == expected and got
