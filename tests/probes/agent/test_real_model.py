@@ -27,7 +27,9 @@ from tests.fakes.catalog import make_endpoint
 
 pytestmark = pytest.mark.engine
 MODEL = "smollm2-135m-instruct"
-STEPS = 3
+# Two steps hold a whole tool round trip. A third could run for minutes: with tool_choice "auto"
+# llama.cpp's function-calling handler ignores max_tokens, and SmolLM2 sometimes fills the context.
+STEPS = 2
 
 
 @pytest.fixture(scope="module")

@@ -39,8 +39,11 @@ def _reference(llm: Any, tokens: list[int], k: int | None, **kw: Any) -> dict[st
     )
 
 
-def _fast(llm: Any, tokens: list[int], k: int | None, **kw: Any) -> Any:
-    llm.n_tokens = min(llm.n_tokens, max(0, len(tokens) - 1))  # as generation.generate does
+def _fast(llm: Any, tokens: list[int], k: int | None, *, reuse_prefix: bool = True, **kw: Any) -> Any:
+    if reuse_prefix:
+        llm.n_tokens = min(llm.n_tokens, max(0, len(tokens) - 1))  # as generation.generate does
+    else:
+        llm.reset()
     return complete(llm, tokens, logprobs=k, **kw)
 
 
@@ -72,7 +75,11 @@ def test_seeded_sample_matches_create_completion(llm: Any) -> None:
     tokens = _tokens(llm, "Tell me a story.")
     kw: dict[str, Any] = {"max_tokens": 8, "temperature": 1.0, "top_p": 1.0, "seed": 11, "stop": ["\n"]}
     ref = _reference(llm, tokens, 5, **kw)
-    _assert_same(ref, _fast(llm, tokens, 5, **kw))
+    # The prompt is evaluated as the reference does (whole, from an empty cache): decoding its
+    # last token alone after a cached prefix gives logits that differ in the last bits on some
+    # CPUs (AVX-512 kernels sum in another order per batch size), enough to flip a sample drawn
+    # near a boundary. Greedy decoding above covers the cached-prefix path.
+    _assert_same(ref, _fast(llm, tokens, 5, reuse_prefix=False, **kw))
     # Another seed draws another sample: the seed really reaches the sampler.
     other = _fast(llm, tokens, 5, **{**kw, "seed": 12})
     assert other.tokens != _fast(llm, tokens, 5, **kw).tokens
