@@ -96,5 +96,28 @@ class GatewayServer:
 
     def wait_stopped(self, timeout: float = 10.0) -> None:
         if self._future is not None:
-            self._future.result(timeout)
+            try:
+                self._future.result(timeout)
+            except TimeoutError:
+                raise TimeoutError(f"the gateway did not stop within {timeout} s:\n{self._hang_report()}") from None
         self._sock.close()
+
+    def _hang_report(self) -> str:
+        """What uvicorn still waits for, and where every task on the loop stands (a stop that hangs
+        is a bug to find, not a timeout to raise)."""
+        state = self.server.server_state
+        lines = [f"open connections: {len(state.connections)}, request tasks: {len(state.tasks)}"]
+        for task in asyncio.all_tasks(self._loop.loop):
+            lines.append(f"task {task.get_name()}: {' -> '.join(_awaiting(task.get_coro())) or 'not started'}")
+        return "\n".join(lines)
+
+
+def _awaiting(coro: Any) -> list[str]:
+    """The chain of coroutines a suspended coroutine is waiting in, outermost first."""
+    chain = []
+    while coro is not None and len(chain) < 20:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            chain.append(f"{frame.f_code.co_name} ({frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno})")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return chain
