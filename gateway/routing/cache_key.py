@@ -4,7 +4,10 @@ OpenAI routes a prompt-cache lookup by a hash of the first ~256 tokens plus `pro
 Above ~15 requests a minute for one prefix+key, requests overflow to other machines and miss the
 cache. So while a (key name, family) pair runs at most `shard_rpm`, its key is `gw-<hex>`; above
 that it is split over n = the smallest power of two >= rate / shard_rpm shards (at most
-`max_shards`), `gw-<hex>-s<i>`, each shard staying under the overflow rate.
+`max_shards`), each shard staying under the overflow rate. Shard 0 keeps the plain `gw-<hex>`, so
+when a family turns hot half of its conversations keep their key (and their warm cache); the
+others become `gw-<hex>-s<i>`. The count of shards falls back only once the rate is clearly below
+what they were added for (`SHRINK_MARGIN`), so a family hovering at the threshold does not flap.
 
 The shard index is i = h mod n, where h names the conversation: the hash of the first chain block
 beyond the family prefix (the same on every later turn, different between conversations of one
@@ -31,6 +34,8 @@ from gateway.routing.features import RequestFeatures
 
 # RPM: requests over the last minute.
 WINDOW_S = 60.0
+# Fewer shards only when even this much more traffic would not need the current count.
+SHRINK_MARGIN = 1.25
 DEFAULT_MAX_FAMILIES = 10_000
 _MASK64 = 0xFFFFFFFFFFFFFFFF
 _hash = xxhash.xxh3_64_intdigest
@@ -72,8 +77,8 @@ class CacheKeySharder:
         self.max_families = max_families
         # Past this many requests in the window the shard count is capped anyway: no need to keep more.
         self._max_timestamps = int(shard_rpm * self.max_shards) + 1
-        # unsharded key -> timestamps of its requests in the window, oldest first; LRU order.
-        self._recent: OrderedDict[int, deque[float]] = OrderedDict()
+        # unsharded key -> its requests in the window and its shard count; LRU order.
+        self._recent: OrderedDict[int, _Family] = OrderedDict()
 
     def __len__(self) -> int:
         """How many (key name, family) pairs are tracked."""
@@ -82,10 +87,22 @@ class CacheKeySharder:
     def key_for(self, f: RequestFeatures) -> str:
         """The key for this request; counts it, so call it once per request that sends a key."""
         base = unsharded_key(f)
-        shards = self.shards(self._observe(base))
-        if shards == 1:
-            return f"gw-{base:016x}"
-        return f"gw-{base:016x}-s{conversation_hash(f) & (shards - 1)}"
+        family = self._observe(base)
+        family.shards = self.next_shards(family.shards, len(family.recent))
+        shard = conversation_hash(f) & (family.shards - 1)
+        return f"gw-{base:016x}" if shard == 0 else f"gw-{base:016x}-s{shard}"
+
+    def current_shards(self, f: RequestFeatures) -> int:
+        """The shards of this request's family now (without counting a request)."""
+        family = self._recent.get(unsharded_key(f))
+        return family.shards if family is not None else 1
+
+    def next_shards(self, current: int, rpm: float) -> int:
+        """More shards at once when the rate needs them; fewer only past the shrink margin."""
+        wanted = self.shards(rpm)
+        if wanted >= current:
+            return wanted
+        return min(current, self.shards(rpm * SHRINK_MARGIN))
 
     def shards(self, rpm: float) -> int:
         """1 up to `shard_rpm`; above, the smallest power of two >= rpm / shard_rpm, capped."""
@@ -94,23 +111,34 @@ class CacheKeySharder:
         needed = ceil(rpm / self.shard_rpm)
         return min(self.max_shards, 1 << (needed - 1).bit_length())
 
-    def _observe(self, base: int) -> int:
-        """Record one request of `base` now; its requests over the last minute (this one too)."""
+    def _observe(self, base: int) -> _Family:
+        """Record one request of `base` now (its `recent` then holds the last minute's, this one too)."""
         now = self.clock()
-        recent = self._recent.get(base)
-        if recent is None:
-            recent = self._track(base)
+        family = self._recent.get(base)
+        if family is None:
+            family = self._track(base)
         else:
             self._recent.move_to_end(base)
+        recent = family.recent
         horizon = now - WINDOW_S
         while recent and recent[0] <= horizon:
             recent.popleft()
         recent.append(now)  # when full, drops the oldest: the count stays at the cap
-        return len(recent)
+        return family
 
-    def _track(self, base: int) -> deque[float]:
-        recent: deque[float] = deque(maxlen=self._max_timestamps)
-        self._recent[base] = recent
+    def _track(self, base: int) -> _Family:
+        family = _Family(self._max_timestamps)
+        self._recent[base] = family
         if len(self._recent) > self.max_families:
             self._recent.popitem(last=False)
-        return recent
+        return family
+
+
+class _Family:
+    """One (key name, family): its request times over the last minute, and its shard count."""
+
+    __slots__ = ("recent", "shards")
+
+    def __init__(self, max_timestamps: int) -> None:
+        self.recent: deque[float] = deque(maxlen=max_timestamps)
+        self.shards = 1

@@ -53,8 +53,9 @@ def load(sharder: CacheKeySharder, clock: FakeClock, requests: int, conversation
     return keys
 
 
-def shard_of(key: str) -> int | None:
-    return int(key.rsplit("-s", 1)[1]) if "-s" in key else None
+def shard_of(key: str) -> int:
+    """The shard a key names: shard 0 keeps the unsharded key."""
+    return int(key.rsplit("-s", 1)[1]) if "-s" in key else 0
 
 
 def test_conversations_of_one_family_share_the_family_not_the_first_block_past_it() -> None:
@@ -79,9 +80,10 @@ def test_above_the_threshold_conversations_spread_over_shards() -> None:
     sharder = CacheKeySharder(clock)
     unsharded = legacy_key(features(0))
     keys = load(sharder, clock, 60)  # 60 RPM / 15: 4 shards
-    hot = keys[15:]
-    assert all(k.startswith(unsharded + "-s") for k in hot)
+    assert sharder.current_shards(features(0)) == 4
     assert {shard_of(k) for k in keys[-30:]} == {0, 1, 2, 3}
+    # Shard 0 keeps the unsharded key; the others extend it.
+    assert all(k == unsharded if shard_of(k) == 0 else k.startswith(unsharded + "-s") for k in keys)
 
 
 def test_a_conversation_keeps_its_shard_across_turns() -> None:
@@ -92,7 +94,7 @@ def test_a_conversation_keeps_its_shard_across_turns() -> None:
         turns = [features(conversation, turns) for turns in (1, 2, 3, 4)]
         assert len({conversation_hash(f) for f in turns}) == 1
         keys = [sharder.key_for(f) for f in turns]
-        assert len(set(keys)) == 1 and shard_of(keys[0]) is not None
+        assert len(set(keys)) == 1 and sharder.current_shards(turns[0]) > 1
 
 
 def test_a_short_first_turn_shards_by_its_family() -> None:
@@ -104,11 +106,14 @@ def test_a_short_first_turn_shards_by_its_family() -> None:
 def test_the_rate_decays_after_a_minute_of_silence() -> None:
     clock = FakeClock()
     sharder = CacheKeySharder(clock)
-    assert shard_of(load(sharder, clock, 100)[-1]) is not None
+    load(sharder, clock, 100)
+    assert sharder.current_shards(features(1)) == 8
     clock.now += 59.0
-    assert shard_of(sharder.key_for(features(1))) is not None  # still within the minute
+    sharder.key_for(features(1))
+    assert sharder.current_shards(features(1)) > 1  # still within the minute
     clock.now += 60.0
     assert sharder.key_for(features(1)) == legacy_key(features(1))
+    assert sharder.current_shards(features(1)) == 1
 
 
 @pytest.mark.parametrize("max_shards", [1, 4, 10, 16])
@@ -136,7 +141,8 @@ def test_different_key_names_never_share_a_key() -> None:
     hot_a = load(sharder, clock, 100, conversations=1, key_name="a")[-1]
     b = sharder.key_for(features(0, key_name="b"))
     # Counted apart: a's load does not shard b, and their keys differ even when both shard.
-    assert shard_of(hot_a) is not None and b == legacy_key(features(0, key_name="b"))
+    assert sharder.current_shards(features(0, key_name="a")) > 1 and b == legacy_key(features(0, key_name="b"))
+    assert sharder.current_shards(features(0, key_name="b")) == 1
     hot_b = load(sharder, clock, 100, conversations=1, key_name="b")[-1]
     assert shard_of(hot_b) == shard_of(hot_a) and hot_a != hot_b
 
@@ -152,7 +158,8 @@ def test_tracked_families_are_capped_least_recently_used_first() -> None:
     sharder.key_for(features(0, system="cold"))
     for family in range(48):
         sharder.key_for(features(0, system=f"other {family}"))
-    assert shard_of(sharder.key_for(features(1))) is not None
+    sharder.key_for(features(1))
+    assert sharder.current_shards(features(1)) > 1
     for family in range(50):
         sharder.key_for(features(0, system=f"churn {family}"))
     assert len(sharder) == 50
@@ -163,5 +170,37 @@ def test_timestamps_per_family_are_bounded() -> None:
     clock = FakeClock()
     sharder = CacheKeySharder(clock, shard_rpm=15.0, max_shards=16)
     load(sharder, clock, 5000, conversations=1)
-    (recent,) = sharder._recent.values()
-    assert len(recent) == 15 * 16 + 1
+    (family,) = sharder._recent.values()
+    assert len(family.recent) == 15 * 16 + 1
+
+
+def test_shard_zero_keeps_its_key_when_the_family_turns_hot() -> None:
+    clock = FakeClock()
+    sharder = CacheKeySharder(clock)
+    before = {c: sharder.key_for(features(c)) for c in range(10)}
+    load(sharder, clock, 40)
+    after = {c: sharder.key_for(features(c)) for c in range(10)}
+    assert sharder.current_shards(features(0)) == 4
+    kept = [c for c in range(10) if shard_of(after[c]) == 0]
+    assert kept and all(after[c] == before[c] for c in kept)
+    assert all(after[c] != before[c] for c in range(10) if c not in kept)
+
+
+def test_a_rate_hovering_at_the_threshold_does_not_flap() -> None:
+    clock = FakeClock()
+    sharder = CacheKeySharder(clock, shard_rpm=15.0)
+
+    def steady(rpm: int, minutes: int = 2) -> set[int]:
+        seen = set()
+        for _ in range(rpm * minutes):
+            sharder.key_for(features(0))
+            seen.add(sharder.current_shards(features(0)))
+            clock.now += 60.0 / rpm
+        return seen
+
+    steady(16)
+    assert sharder.current_shards(features(0)) == 2
+    assert steady(14) == {2}  # just under 15: kept (14 x 1.25 > 15)
+    assert steady(16) == {2}
+    assert 1 in steady(11)  # clearly under: back to one key (11 x 1.25 <= 15)
+    assert sharder.current_shards(features(0)) == 1
