@@ -219,6 +219,11 @@ class Router:
         self.shared.prefilled(endpoint.id, t.prefill_pending)
         t.prefill_pending = 0
         t.committed_at = now
+        if t.features.chain:
+            # The first token means the prompt is prefilled: the engine holds its blocks from now
+            # on, and they take cache space while it decodes. Account for them in the index now,
+            # not only when the answer ends, so its LRU fills (and evicts) as the engine's does.
+            self.shared.affinity.insert(endpoint.id, t.features.chain, now)
         if ctx.stream:
             t.ttft = now - t.attempt_start
 
