@@ -12,13 +12,12 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from probes.base import Effect, Outcome, ProbeContext, ProbeResult, verdict_from_p
+from probes.base import Effect, Outcome, ProbeContext, ProbeResult
 from probes.client import ProbeUnavailable
-from probes.stats.evalues import window_e
 from probes.stats.mmd import mmd_test
+from probes.windowed import Meter, judged, result
 
 if TYPE_CHECKING:
     from gateway.catalog import Endpoint
@@ -135,55 +134,38 @@ class Distribution:
             reference_pool = await ctx.baselines.get(ctx.reference.endpoint_id, self.name, key)
         else:
             reference_pool = await ctx.baselines.get(ctx.endpoint.id, self.name, key)
-        total = per_side * (2 if ctx.reference is not None and reference_pool is None else 1)
-        done = 0
-
-        def step() -> None:
-            nonlocal done
-            done += 1
-            ctx.progress(done, total)
-
-        requests0, tokens0 = ctx.client.requests, ctx.client.tokens
-        sample, errors = await draw_pool(ctx.client, prompts, settings, step)
-        spent = {"tokens": ctx.client.tokens - tokens0, "requests": ctx.client.requests - requests0, "errors": errors}
+        meter = Meter(ctx, per_side * (2 if ctx.reference is not None and reference_pool is None else 1))
+        sample, errors = await draw_pool(ctx.client, prompts, settings, meter.step)
+        spent = meter.spent(errors)
         if len(sample["texts"]) < 2:
-            return self._result("error", Outcome(statistic=0.0), spent, alpha, error="too few completions")
+            return result(self, "error", Outcome(statistic=0.0), spent, alpha, error="too few completions")
 
         comparison = "reference" if ctx.reference is not None else "self"
         frozen_now = False
         if reference_pool is None:
             frozen_now = True
             if ctx.reference is not None:
-                reference_pool, reference_errors = await draw_pool(ctx.reference, prompts, settings, step)
+                reference_pool, reference_errors = await draw_pool(ctx.reference, prompts, settings, meter.step)
                 if not reference_errors:  # only a complete pool is worth freezing
                     await ctx.baselines.put(ctx.reference.endpoint_id, self.name, key, reference_pool, at=ctx.clock())
             else:
                 await ctx.baselines.put(ctx.endpoint.id, self.name, key, sample, at=ctx.clock())
-                return self._result(
-                    "inconclusive", Outcome(statistic=0.0, samples=len(sample["texts"])), spent, alpha,
+                return result(
+                    self, "inconclusive", Outcome(statistic=0.0, samples=len(sample["texts"])), spent, alpha,
                     comparison=comparison, pool="no reference engine: this endpoint's pool is frozen now",
                 )
         if len(reference_pool["texts"]) < 2:
-            return self._result("error", Outcome(statistic=0.0), spent, alpha, error="too few reference completions")
+            return result(self, "error", Outcome(statistic=0.0), spent, alpha, error="too few reference completions")
 
         outcome = mmd_test(
             sample["texts"], sample["prompts"], reference_pool["texts"], reference_pool["prompts"],
             max_chars=settings.max_chars, permutations=confirm_permutations(settings.permutations, alpha, ctx.confirm), rng=ctx.rng,
         )
-        if outcome.p_value is not None:
-            outcome = replace(outcome, e_value=window_e(outcome.p_value, alpha, ctx.settings.health))
-        return self._result(
-            verdict_from_p(outcome.p_value, alpha), outcome, spent, alpha,
+        verdict, outcome = judged(outcome, alpha, ctx.settings.health)
+        return result(
+            self, verdict, outcome, spent, alpha,
             comparison=comparison, reference_frozen_now=frozen_now,
             template_mismatches=template_mismatches(sample, dict(reference_pool)),
             mean_chars=round(sum(map(len, sample["texts"])) / len(sample["texts"]), 1),
             reference_mean_chars=round(sum(map(len, reference_pool["texts"])) / len(reference_pool["texts"]), 1),
-        )
-
-    def _result(
-        self, verdict: Any, outcome: Outcome, spent: Mapping[str, int], alpha: float, **details: Any
-    ) -> ProbeResult:
-        return ProbeResult.of(
-            self.name, verdict, outcome, effect=self.effect, tokens=spent["tokens"], requests=spent["requests"],
-            errors=spent["errors"], alpha=alpha, **details,
         )

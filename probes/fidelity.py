@@ -5,15 +5,13 @@ reported before temperature, so this is what catches an ignored or changed tempe
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from probes.base import Effect, Outcome, ProbeContext, ProbeResult, verdict_from_p
+from probes.base import Effect, Outcome, ProbeContext, ProbeResult
 from probes.client import ProbeUnavailable
 from probes.logprob_drift import first_token, logprobs_reason
-from probes.stats.evalues import window_e
 from probes.stats.fidelity import fidelity_test
+from probes.windowed import Meter, judged, result
 
 if TYPE_CHECKING:
     from gateway.catalog import Endpoint
@@ -59,8 +57,8 @@ class Fidelity:
         counts: Counter[str] = Counter()
         tops: list[dict[str, float]] = []
         errors = 0
-        requests0, tokens0 = ctx.client.requests, ctx.client.tokens
-        for i in range(settings.samples):
+        meter = Meter(ctx, settings.samples)
+        for _ in range(settings.samples):
             seed = int(ctx.rng.integers(2**31))
             try:
                 token, top = await sample_token(
@@ -72,24 +70,14 @@ class Fidelity:
                 if token is not None and top:
                     counts[token] += 1
                     tops.append(top)
-            ctx.progress(i + 1, settings.samples)
-        spent = {"tokens": ctx.client.tokens - tokens0, "requests": ctx.client.requests - requests0, "errors": errors}
+            meter.step()
+        spent = meter.spent(errors)
         if not tops:
             reason = "every request failed" if errors == spent["requests"] else "no answer carried logprobs"
-            return self._result("error", Outcome(statistic=0.0), spent, alpha, error=reason)
+            return result(self, "error", Outcome(statistic=0.0), spent, alpha, error=reason)
 
-        outcome = fidelity_test(counts, tops[0], settings.temperature)
-        if outcome.p_value is not None:
-            outcome = replace(outcome, e_value=window_e(outcome.p_value, alpha, ctx.settings.health))
-        return self._result(
-            verdict_from_p(outcome.p_value, alpha), outcome, spent, alpha,
+        verdict, outcome = judged(fidelity_test(counts, tops[0], settings.temperature), alpha, ctx.settings.health)
+        return result(
+            self, verdict, outcome, spent, alpha,
             top_logprobs=k, logprob_spread=round(logprob_spread(tops), 6),
-        )
-
-    def _result(
-        self, verdict: Any, outcome: Outcome, spent: Mapping[str, int], alpha: float, **details: Any
-    ) -> ProbeResult:
-        return ProbeResult.of(
-            self.name, verdict, outcome, effect=self.effect, tokens=spent["tokens"], requests=spent["requests"],
-            errors=spent["errors"], alpha=alpha, **details,
         )

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from probes.base import Effect, Outcome, ProbeContext, ProbeResult, verdict_from_p
+from probes.base import Effect, Outcome, ProbeContext, ProbeResult
 from probes.client import ProbeUnavailable
 from probes.stats.drift import drift_test
-from probes.stats.evalues import window_e
+from probes.windowed import Meter, judged, result
 
 if TYPE_CHECKING:
     from gateway.catalog import Endpoint
@@ -113,21 +112,13 @@ class LogprobDrift:
         alpha = ctx.settings.health.confirm_alpha if ctx.confirm else settings.alpha
         sides = 2 if ctx.reference is not None else 1
         permutations = drift_permutations(ctx.settings, confirm=ctx.confirm, tests=len(settings.prompts) * sides)
-        total = len(settings.prompts) * settings.requests * sides
-        done = 0
-
-        def step() -> None:
-            nonlocal done
-            done += 1
-            ctx.progress(done, total)
-
-        requests0, tokens0 = ctx.client.requests, ctx.client.tokens
-        window, errors = await sample_window(ctx.client, settings.prompts, settings.requests, k, step)
-        spent = {"tokens": ctx.client.tokens - tokens0, "requests": ctx.client.requests - requests0, "errors": errors}
+        meter = Meter(ctx, len(settings.prompts) * settings.requests * sides)
+        window, errors = await sample_window(ctx.client, settings.prompts, settings.requests, k, meter.step)
+        spent = meter.spent(errors)
         answered = sum(len(v) for v in window.values())
         if answered == 0:
             reason = "every request failed" if errors == spent["requests"] else "no answer carried logprobs"
-            return self._result("error", Outcome(statistic=0.0), spent, alpha, error=reason, top_logprobs=k)
+            return result(self, "error", Outcome(statistic=0.0), spent, alpha, error=reason, top_logprobs=k)
 
         comparisons: dict[str, Outcome] = {}
         key = f"golden:k{k}"
@@ -147,31 +138,20 @@ class LogprobDrift:
             # Both sides at the smaller top-k: imputation depends on how many tokens a response lists.
             k_ref = min(k, ctx.reference.endpoint.deployment.capabilities.max_top_logprobs)
             before = ctx.reference.tokens
-            ref_window, _ = await sample_window(ctx.reference, settings.prompts, settings.requests, k_ref, step)
+            ref_window, _ = await sample_window(ctx.reference, settings.prompts, settings.requests, k_ref, meter.step)
             reference_tokens = ctx.reference.tokens - before
             comparisons["reference"] = drift_test(
                 truncate(window, k_ref), truncate(ref_window, k_ref), permutations=permutations, rng=ctx.rng
             )
 
-        outcome = _combine(comparisons, answered)
-        if outcome.p_value is not None:
-            outcome = replace(outcome, e_value=window_e(outcome.p_value, alpha, ctx.settings.health))
-        verdict = verdict_from_p(outcome.p_value, alpha)
+        verdict, outcome = judged(_combine(comparisons, answered), alpha, ctx.settings.health)
         details: dict[str, Any] = {"top_logprobs": k, "reference_tokens": reference_tokens}
         if golden is None:
             details["golden"] = (
                 "frozen now: later runs test against this window" if complete
                 else "not frozen: too few answers; the next run tries again"
             )
-        return self._result(verdict, outcome, spent, alpha, **details)
-
-    def _result(
-        self, verdict: Any, outcome: Outcome, spent: Mapping[str, int], alpha: float, **details: Any
-    ) -> ProbeResult:
-        return ProbeResult.of(
-            self.name, verdict, outcome, effect=self.effect, tokens=spent["tokens"], requests=spent["requests"],
-            errors=spent["errors"], alpha=alpha, **details,
-        )
+        return result(self, verdict, outcome, spent, alpha, **details)
 
 
 def _combine(comparisons: Mapping[str, Outcome], answered: int) -> Outcome:

@@ -16,6 +16,7 @@ import random
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
+from gateway.background import cancel_and_wait
 from gateway.health_states import HealthStates
 from gateway.state_store import StoreUnavailable
 from probes.runner import ProbeRunner
@@ -126,13 +127,8 @@ class ProbeScheduler:
             self._task = asyncio.get_running_loop().create_task(self.run_forever(), name="probe-scheduler")
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
 
 def build_scheduler(state: Any, runner: ProbeRunner, *, clock: Callable[[], float] | None = None) -> ProbeScheduler:

@@ -8,6 +8,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from gateway.background import cancel_and_wait
+
 log = logging.getLogger("gateway.persistence")
 
 
@@ -39,11 +41,5 @@ class Periodic:
                     log.warning("%s failed: %s: %s", self.name, type(exc).__name__, str(exc).strip().split("\n")[0])
 
     async def aclose(self) -> None:
-        if self._task is None:
-            return
-        self._task.cancel()
-        try:
-            await self._task
-        except asyncio.CancelledError:
-            pass
+        await cancel_and_wait(self._task)
         self._task = None

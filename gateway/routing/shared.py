@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from gateway.background import cancel_and_wait
 from gateway.catalog import Catalog, Endpoint
 from gateway.errors import RateLimited
 from gateway.routing.affinity import AffinityIndex, CacheProfile, profile_for
@@ -389,13 +390,8 @@ class SharedState:
             self._task = asyncio.get_running_loop().create_task(self.run(), name="state-sync")
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         try:
             await asyncio.wait_for(self.sync_once(), self.store_cfg.timeout_s * 8)
         except TimeoutError:
