@@ -105,6 +105,8 @@ class Decision:
     home: str | None = None
     # Every candidate was ruled out for soft reasons and all are tried anyway.
     fail_open: str | None = None
+    # The model has one deployment: nothing to rank, so it was not scored.
+    sole: bool = False
 
     @property
     def chosen(self) -> Scored | None:

@@ -30,7 +30,8 @@ def _magnitude(kv: tuple[str, float]) -> float:
 
 
 def header(decision: Decision) -> str | None:
-    """``<endpoint>; policy=score; score=0.41; ttft=0.31; cost=0.06; load=0.02; hit=0.87[; guard=..][; home]``"""
+    """``<endpoint>; policy=score; score=0.41; ttft=0.31; cost=0.06; load=0.02; hit=0.87[; guard=..][; home]``,
+    or ``<endpoint>; policy=score; sole`` when the model has one deployment (nothing was ranked)."""
     chosen = decision.chosen
     if chosen is None:
         return None
@@ -40,6 +41,8 @@ def header(decision: Decision) -> str | None:
         for name, value in top_terms(chosen):
             out += f"; {name}={value:.4g}"
         out += f"; hit={chosen.hit_tokens / chosen.prompt_tokens if chosen.prompt_tokens else 0.0:.2f}"
+    if decision.sole:
+        out += "; sole"
     if decision.guard:
         out += f"; guard={decision.guard}"
     if decision.home == chosen.endpoint.id:

@@ -208,6 +208,7 @@ def extract(
     key_policy: KeyPolicy = DEFAULT_KEY_POLICY,
     key_name: str | None = None,
     chains: ChainCache | None = None,
+    hash_chain: bool = True,
 ) -> RequestFeatures:
     model = str(body.get("model", ""))
     needs: set[str] = set()
@@ -246,7 +247,9 @@ def extract(
         family_seed = family_src[:family_bytes]
         family_blocks = blocks.count(len(family_seed))
     family = _hash(family_seed) if family_seed else 0
-    if chain is None:
+    if not hash_chain:
+        chain = []
+    elif chain is None:
         chain = chains.chain(family, canonical, blocks) if chains is not None else chain_hashes(canonical, blocks)
     return RequestFeatures(
         op=op,

@@ -91,7 +91,8 @@ class Router:
 
     # -- the decision -------------------------------------------------------------------
 
-    def features(self, op: str, body: dict[str, Any], key_name: str | None) -> RequestFeatures:
+    def features(self, op: str, body: dict[str, Any], key_name: str | None, *, hash_chain: bool = True) -> RequestFeatures:
+        """`hash_chain=False` leaves the affinity chain empty: with one deployment it steers nothing."""
         prefs = preferences.parse(body.get("provider"))
         if prefs.order or prefs.only or prefs.ignore:
             preferences.check_names(prefs, self._names)
@@ -106,6 +107,7 @@ class Router:
             key_policy=self.cfg.keys.get(key_name or "", self.cfg.default_key),
             key_name=key_name,
             chains=self.chains,
+            hash_chain=hash_chain,
         )
 
     async def count_if_needed(self, f: RequestFeatures, body: dict[str, Any], candidates: Sequence[Endpoint]) -> None:
@@ -125,6 +127,17 @@ class Router:
         decision.filtered = filtered
         self._apply_order(decision, f)
         return decision
+
+    def decide_sole(self, endpoint: Endpoint, f: RequestFeatures) -> Decision:
+        """`decide` for a model with one deployment: the filters still rule (a hard reason is a 400,
+        a soft one fails open), but there is nothing to rank, so the policy and its scoring are
+        skipped on the request path (`gwctl route explain` still scores it)."""
+        kept, filtered = apply_filters((endpoint,), f, self.shared.snapshot())
+        if not kept:
+            decision = self._fail_open(filtered)
+            decision.filtered = filtered
+            return decision
+        return Decision(self.cfg.policy, [Scored(endpoint, 0.0)], filtered, sole=True)
 
     def _fail_open(self, filtered: list[Filtered]) -> Decision:
         soft = [x for x in filtered if x.reason in SOFT_REASONS]
@@ -162,9 +175,10 @@ class Router:
 
     async def route(self, ctx: Any, candidates: Sequence[Endpoint]) -> Ordering:
         """The pipeline stage: decide, admit the key's rate limit, and set up the attempt feedback."""
-        f = self.features(ctx.op, ctx.body, ctx.key_name)
+        sole = len(candidates) == 1
+        f = self.features(ctx.op, ctx.body, ctx.key_name, hash_chain=not sole)
         await self.count_if_needed(f, ctx.body, candidates)
-        decision = self.decide(candidates, f)
+        decision = self.decide_sole(candidates[0], f) if sole else self.decide(candidates, f)
         rejected = self.rejection(decision, f)
         if rejected is not None:
             raise rejected
