@@ -1,7 +1,8 @@
 """Load generation for the bench scripts: pre-built requests, a raw HTTP/1.1 client, and the loops.
 
 - `closed_loop` / `wrk`: saturation, each connection sending again as soon as it is answered;
-- `open_loop`: requests at fixed times whatever the replies, latency counted from the scheduled time;
+- `open_loop`: requests at fixed times whatever the replies, latency counted from the scheduled time
+  (sent on time to within microseconds while no reply is awaited: the lag is reported);
 - `sequential_streams`: one stream at a time on one connection, time to first byte and to the end.
 
 Latencies are returned in milliseconds (`pct` turns seconds into ms percentiles).
@@ -29,6 +30,7 @@ STREAM = json.dumps({**_REQUEST, "stream": True}, separators=(",", ":")).encode(
 CHAT_PATH = "/v1/chat/completions"
 MODELS = "/v1/models"
 IDLE_REUSE_S = 4.0  # open loop: reuse a connection only this soon after its last reply
+SPIN_S = 0.002  # open loop: the last stretch before a scheduled send is busy-waited, not slept
 now = time.perf_counter
 
 
@@ -216,7 +218,15 @@ async def open_loop(port: int, raw: bytes, rate: float, duration: float, warmup:
     start = now() + 0.005
     for i in range(total):
         at = start + i / rate
-        if (delay := at - now()) > 0:
+        # The loop's timers wake up to a millisecond late (epoll's timeout is in ms), which would
+        # add a random lag of that size to every latency: sleep to just short of the time, then,
+        # when no reply is awaited (spinning would delay reading it), spin to the exact time.
+        if (delay := at - now()) > SPIN_S:
+            await asyncio.sleep(delay - SPIN_S)
+        if not pending:
+            while now() < at:
+                pass
+        elif (delay := at - now()) > 0:
             await asyncio.sleep(delay)
         task = asyncio.create_task(fire(at, i >= skip))
         pending.add(task)
