@@ -92,7 +92,8 @@ class Router:
     # -- the decision -------------------------------------------------------------------
 
     def features(self, op: str, body: dict[str, Any], key_name: str | None, *, hash_chain: bool = True) -> RequestFeatures:
-        """`hash_chain=False` leaves the affinity chain empty: with one deployment it steers nothing."""
+        """`hash_chain=False` leaves the affinity chain empty (it only steers a choice of deployment
+        and shards prompt_cache_key by conversation)."""
         prefs = preferences.parse(body.get("provider"))
         if prefs.order or prefs.only or prefs.ignore:
             preferences.check_names(prefs, self._names)
@@ -176,7 +177,8 @@ class Router:
     async def route(self, ctx: Any, candidates: Sequence[Endpoint]) -> Ordering:
         """The pipeline stage: decide, admit the key's rate limit, and set up the attempt feedback."""
         sole = len(candidates) == 1
-        f = self.features(ctx.op, ctx.body, ctx.key_name, hash_chain=not sole)
+        # One deployment needs no chain, unless its prompt_cache_key shards by conversation.
+        f = self.features(ctx.op, ctx.body, ctx.key_name, hash_chain=not sole or candidates[0].id in self._takes_cache_key)
         await self.count_if_needed(f, ctx.body, candidates)
         decision = self.decide_sole(candidates[0], f) if sole else self.decide(candidates, f)
         rejected = self.rejection(decision, f)

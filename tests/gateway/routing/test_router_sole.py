@@ -88,3 +88,16 @@ async def test_a_soft_filter_on_the_one_deployment_fails_open() -> None:
     assert ordering.fail_open == "circuit_open"
     assert not ctx.route.decision.sole
     assert ctx.route_header.endswith("fail_open=circuit_open")
+
+
+async def test_one_deployment_that_takes_prompt_cache_key_still_shards_by_conversation() -> None:
+    r, _, clock = router(endpoint("oai", kind="openai"))
+    keys = set()
+    for i in range(200):  # one hot family, many conversations: past shard_rpm it splits
+        body = {"model": "m", "messages": [LONG, {"role": "user", "content": f"question {i} " * 40}, {"role": "assistant", "content": "ok"}]}
+        ctx = context(clock, body)
+        await r.route(ctx, r.catalog.candidates("m"))
+        assert ctx.route.decision.sole and ctx.route.features.chain
+        keys.add(ctx.body_extra["oai"]["prompt_cache_key"])
+        clock.now += 0.1
+    assert len(keys) > 1
