@@ -12,6 +12,10 @@ reports them) confirm the first blocks and truncate the rest of the prediction; 
 reported/predicted per endpoint (`reliability`) discounts endpoints whose cache keeps less than
 the index thinks. Then the whole prompt is inserted (it is in the cache now, tentatively).
 Endpoints that report nothing (llama.cpp) learn from insertion alone, with the LRU sized to them.
+
+Pressure: once an endpoint's LRU has had to evict, the age of its least recently used block
+(`residence`) is how long an untouched prefix survives in that cache. Scoring compares it with the
+gap between a conversation's turns (`Weights.reuse_s`) to tell over-committed caches apart.
 """
 
 from __future__ import annotations
@@ -96,7 +100,7 @@ def predicted_hit(matched_tokens: int, reliability: float, profile: CacheProfile
 
 
 class _EndpointIndex:
-    __slots__ = ("capacity", "coarse", "lru", "reliability", "tokens", "ttl")
+    __slots__ = ("capacity", "coarse", "evicting", "lru", "reliability", "tokens", "ttl")
 
     def __init__(self, capacity: int, ttl: float) -> None:
         self.lru: OrderedDict[int, float] = OrderedDict()
@@ -105,6 +109,7 @@ class _EndpointIndex:
         self.coarse: set[int] = set()  # the blocks past the fine region (they hold more tokens)
         self.ttl = ttl
         self.reliability = 1.0
+        self.evicting = False  # the LRU has filled up and dropped blocks: its head age is the residence
 
 
 class AffinityIndex:
@@ -174,6 +179,14 @@ class AffinityIndex:
         index = self._eps.get(endpoint_id)
         return index.tokens if index is not None else 0
 
+    def residence(self, endpoint_id: str, now: float) -> float | None:
+        """Seconds an untouched block survives in the endpoint's cache: the age of its least
+        recently used block once the LRU has had to evict (None before: there is room)."""
+        index = self._eps.get(endpoint_id)
+        if index is None or not index.evicting or not index.lru:
+            return None
+        return min(index.ttl, max(0.0, now - next(iter(index.lru.values()))))
+
     # -- writes (after the answer) -----------------------------------------------
 
     def insert(self, endpoint_id: str, chain: list[int], now: float) -> None:
@@ -196,6 +209,8 @@ class AffinityIndex:
                 added += self._fine_tokens
             lru[block] = now
         index.tokens += added
+        if index.tokens > index.capacity:
+            index.evicting = True
         while index.tokens > index.capacity and lru:
             self._drop(index, lru.popitem(last=False)[0])
 
@@ -232,3 +247,4 @@ class AffinityIndex:
             index.lru.clear()
             index.coarse.clear()
             index.tokens = 0
+            index.evicting = False

@@ -38,7 +38,7 @@ class Filtered:
     detail: str = ""
 
 
-TERMS = ("ttft", "queue", "work", "cost", "decode", "load", "quality", "home")
+TERMS = ("ttft", "queue", "work", "cost", "decode", "load", "quality", "home", "evict")
 
 
 @dataclass(slots=True)
@@ -59,6 +59,7 @@ class Scored:
     load: float = 0.0
     quality: float = 0.0
     home: float = 0.0
+    evict: float = 0.0
     # Facts.
     prompt_tokens: int = 0
     match_blocks: int = 0

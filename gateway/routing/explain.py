@@ -19,6 +19,7 @@ def top_terms(scored: Scored, n: int = HEADER_TERMS) -> list[tuple[str, float]]:
     terms = [
         ("ttft", scored.ttft), ("queue", scored.queue), ("work", scored.work), ("cost", scored.cost),
         ("decode", scored.decode), ("load", scored.load), ("quality", scored.quality), ("home", scored.home),
+        ("evict", scored.evict),
     ]  # spelled out: the header is built for every response, and getattr by name costs a third of it
     nonzero = [kv for kv in terms if kv[1]]
     nonzero.sort(key=_magnitude)

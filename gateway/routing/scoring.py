@@ -10,7 +10,13 @@ quality, in penalty seconds (`settings.Weights`). Pure: everything comes from th
     cost   = (u*input + hit*cached_input + E[out]*output) / 1e6    (USD, weighted per cent)
     decode = E[out] / decode rate
     load   = in-flight / slots
-    score  = (ttft + queue + work + cost + decode + load) / quality**w   (quality: the excess)
+    evict  = self-hosted endpoints whose prefix cache is evicting: b*(prompt + u) x risk, where
+             risk = max(0, 1 - residence / reuse_s) and residence is how long an untouched block
+             survives there (the age of the index's LRU head). A conversation's next turn finds
+             its prefix only if the cache keeps it for the gap between turns; over-committed
+             caches (short residence) lose it, and every token written there evicts a live one.
+             Steers new and re-placed conversations to caches with room; sticky turns stay.
+    score  = (ttft + queue + work + evict + cost + decode + load) / quality**w   (quality: the excess)
 """
 
 from __future__ import annotations
@@ -24,6 +30,14 @@ from gateway.routing.snapshot import Snapshot
 
 # Utilisation of an elastic (cloud) endpoint is in-flight / this.
 CLOUD_SLOTS = 64.0
+
+
+def evict_risk(residence: float | None, w: Weights) -> float:
+    """The chance that a cache whose untouched blocks survive `residence` seconds drops a prefix
+    before its next use, `w.reuse_s` later on average (linear: certain at 0, none at reuse_s)."""
+    if residence is None:
+        return 0.0  # the cache has room: nothing is being evicted
+    return max(0.0, 1.0 - residence / w.reuse_s)
 
 
 def score_candidate(ep: Endpoint, f: RequestFeatures, s: Snapshot, w: Weights) -> Scored:
@@ -49,13 +63,18 @@ def score_candidate(ep: Endpoint, f: RequestFeatures, s: Snapshot, w: Weights) -
     t_ttft, t_queue = w.ttft * ttft, w.ttft * queue
     # Self-hosted prefill is compute every later request waits behind: cache misses cost the pool.
     t_work = w.work * lat.b * uncached if slots is not None else 0.0
+    t_evict = 0.0
+    if slots is not None and w.evict:
+        # At stake in an over-committed cache: the prompt its next turn comes back for, and as
+        # many of other conversations' tokens as it writes (u), which its blocks push out.
+        t_evict = w.evict * evict_risk(s.residence(eid), w) * lat.b * (prompt + uncached)
     t_cost, t_decode = w.cost * cost_usd * 100.0, w.decode * decode_s
     t_load = w.load * inflight / (slots if slots is not None else CLOUD_SLOTS)
-    base = t_ttft + t_queue + t_work + t_cost + t_decode + t_load
+    base = t_ttft + t_queue + t_work + t_evict + t_cost + t_decode + t_load
     quality = s.quality(eid) * static.quality
     quality = max(quality, 1e-3)
     total = base / quality**w.quality if w.quality and quality != 1.0 else base
-    return Scored(
+    return Scored(  # positional, in field order: the decision path builds one per candidate
         ep,
         total,
         True,
@@ -67,6 +86,7 @@ def score_candidate(ep: Endpoint, f: RequestFeatures, s: Snapshot, w: Weights) -
         t_load,
         total - base,
         0.0,
+        t_evict,
         prompt,
         blocks,
         hit,

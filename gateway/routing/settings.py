@@ -40,6 +40,13 @@ class Weights(_Frozen):
     # On a cold miss, the consistent-hash home gets this many of its own prefill times as a bonus,
     # so every gateway replica sends a new prefix to the same endpoint.
     home: float = Field(1.0, ge=0)
+    # Self-hosted endpoints whose prefix cache is evicting: per second of prefill that eviction
+    # puts at risk (this prompt, for its next turn, plus the tokens it writes over others'),
+    # times the chance the cache drops them before their reuse (`scoring.evict_risk`).
+    evict: float = Field(1.0, ge=0)
+    # Typical seconds between a conversation's turns: a cache whose untouched blocks survive
+    # this long is not over-committed (agent tool loops: seconds; chat: about a minute).
+    reuse_s: float = Field(60.0, gt=0)
 
 
 class Guards(_Frozen):

@@ -468,6 +468,9 @@ class LiveSnapshot:
     def reliability(self, endpoint_id: str) -> float:
         return self._s.affinity.reliability(endpoint_id)
 
+    def residence(self, endpoint_id: str) -> float | None:
+        return self._s.affinity.residence(endpoint_id, self.now)
+
     def profile(self, endpoint: Endpoint) -> CacheProfile:
         profile = self._s.profiles.get(endpoint.id)
         if profile is None:

@@ -68,6 +68,10 @@ class Snapshot(Protocol):
 
     def reliability(self, endpoint_id: str) -> float: ...
 
+    def residence(self, endpoint_id: str) -> float | None:
+        """Seconds an untouched prefix survives in the endpoint's cache; None while it has room."""
+        ...
+
     def profile(self, endpoint: Endpoint) -> CacheProfile: ...
 
     def sequence(self, model: str) -> int: ...
@@ -103,6 +107,7 @@ class StaticSnapshot:
     pending: Mapping[str, float] = field(default_factory=dict)
     matches: Mapping[str, int] = field(default_factory=dict)
     reliabilities: Mapping[str, float] = field(default_factory=dict)
+    residences: Mapping[str, float] = field(default_factory=dict)
     sequences: Mapping[str, int] = field(default_factory=dict)
     latency_settings: LatencySettings = field(default_factory=LatencySettings)
     latency_model: LatencyModel | None = None
@@ -147,6 +152,9 @@ class StaticSnapshot:
 
     def reliability(self, endpoint_id: str) -> float:
         return self.reliabilities.get(endpoint_id, 1.0)
+
+    def residence(self, endpoint_id: str) -> float | None:
+        return self.residences.get(endpoint_id)
 
     def profile(self, endpoint: Endpoint) -> CacheProfile:
         return profile_for(endpoint)

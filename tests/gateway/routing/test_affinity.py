@@ -190,3 +190,18 @@ def test_capacity_counts_tokens_of_coarse_blocks() -> None:
     assert idx.held_tokens("e") == 1792 + 256 - 512 and idx.match("e", chain, 2) == 4
     idx.truncate("e", chain[2:])
     assert idx.held_tokens("e") == 256 + 256 and idx.match("e", chain, 3) == 2
+
+
+def test_residence_is_the_age_of_the_oldest_block_once_the_cache_evicts() -> None:
+    idx = index(capacity_tokens=64 * 10)  # ten blocks
+    a = features(conversation(3)).chain[:8]
+    b = [h + 1 for h in a]
+    idx.insert("e", a, 0)
+    assert idx.residence("e", 5) is None  # room left: nothing is being evicted
+    idx.insert("e", b, 2)  # over capacity: a's tail goes, a's head (touched at 0) is the oldest
+    assert idx.residence("e", 5) == pytest.approx(5.0)
+    idx.insert("e", a[:2], 4)  # touching the head: b (touched at 2) is now the oldest
+    assert idx.residence("e", 5) == pytest.approx(3.0)
+    assert idx.residence("other", 5) is None
+    idx.forget("e")
+    assert idx.residence("e", 5) is None

@@ -139,3 +139,20 @@ def test_config_order_and_random() -> None:
 def test_no_candidates() -> None:
     for policy in POLICIES.values():
         assert policy([], StaticSnapshot(), features(), CFG, random.Random(0)).ranked == []
+
+
+def test_a_new_conversation_avoids_an_over_committed_cache() -> None:
+    # Both hold the shared system prompt; l-0's cache drops untouched blocks after 5 s (live
+    # conversations over-commit it), l-1's keep a minute: the next turns will find theirs on l-1.
+    a, b = local("l-0", slots=64, **PRIOR), local("l-1", slots=64, **PRIOR)
+    f = features(LONG)
+    shared = {"l-0": len(f.chain) // 2, "l-1": len(f.chain) // 2}
+    snap = StaticSnapshot(endpoints=(a, b), matches=shared, residences={"l-0": 5.0, "l-1": 60.0})
+    d = choose([a, b], snap, f, CFG, random.Random(0))
+    assert ids(d)[0] == "l-1" and d.ranked[0].evict < d.ranked[1].evict
+    # Without the term (or without pressure) the tie keeps configuration order.
+    d = choose([a, b], snap, f, RoutingConfig(weights={"evict": 0.0}), random.Random(0))
+    assert ids(d)[0] == "l-0"
+    # A conversation whose history l-0 holds stays there: moving would re-prefill it all now.
+    held = StaticSnapshot(endpoints=(a, b), matches={"l-0": len(f.chain), "l-1": len(f.chain) // 2}, residences={"l-0": 5.0, "l-1": 60.0})
+    assert ids(choose([a, b], held, f, CFG, random.Random(0)))[0] == "l-0"

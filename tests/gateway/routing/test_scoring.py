@@ -132,3 +132,21 @@ def test_home_bonus_on_a_cold_miss() -> None:
     # Not a cold miss once any candidate holds a block of the prompt: no bonus.
     warm = choose([a, b], StaticSnapshot(endpoints=(a, b), matches={"l-1": 1}), f, cfg, random.Random(0))
     assert warm.home is None and all(sc.home == 0 for sc in warm.ranked)
+
+
+def test_evict_term_prices_the_risk_of_an_over_committed_cache() -> None:
+    eng, cl = local("l-0", slots=4, **PRIOR), cloud()
+    f = features(LONG)
+    w = Weights(evict=2.0, reuse_s=60.0)
+    snap = StaticSnapshot(endpoints=(eng, cl), matches={"l-0": 10}, residences={"l-0": 15.0, "c/m": 15.0})
+    sc = score_candidate(eng, f, snap, w)
+    uncached = f.prompt_tokens - sc.hit_tokens
+    # The prompt it leaves for its next turn plus the tokens it writes over others', each lost
+    # with the chance that the cache drops a block sooner than the typical reuse gap.
+    assert sc.evict == pytest.approx(2.0 * (f.prompt_tokens + uncached) / 1000.0 * (1 - 15.0 / 60.0))
+    assert sc.score == pytest.approx(sum(sc.terms.values()))
+    # A cache whose blocks outlive the reuse gap, one with room (None), a cloud endpoint: no risk.
+    assert score_candidate(eng, f, StaticSnapshot(endpoints=(eng,), residences={"l-0": 90.0}), w).evict == 0.0
+    assert score_candidate(eng, f, StaticSnapshot(endpoints=(eng,)), w).evict == 0.0
+    assert score_candidate(cl, f, snap, w).evict == 0.0
+    assert score_candidate(eng, f, snap, Weights(evict=0.0)).evict == 0.0

@@ -12,6 +12,7 @@ def test_defaults() -> None:
     s = load_config(environ={})
     assert s.routing.policy == "score" and s.state_store.backend == "memory"
     assert s.routing.affinity.block_bytes == 512 and s.routing.guards.explore == 0.0
+    assert s.routing.weights.evict == 1.0 and s.routing.weights.reuse_s == 60.0
 
 
 @pytest.mark.parametrize(
@@ -20,6 +21,8 @@ def test_defaults() -> None:
         ({"routing": {"policy": "fastest"}}, "unknown routing policy 'fastest'"),
         ({"routing": {"latency": {"bands": [2048, 512]}}}, "bands must be positive and strictly increasing"),
         ({"routing": {"weights": {"cost": -1}}}, "routing.weights.cost"),
+        ({"routing": {"weights": {"reuse_s": 0}}}, "routing.weights.reuse_s"),
+        ({"routing": {"weights": {"evict": -1}}}, "routing.weights.evict"),
         ({"routing": {"keys": {"a": {"data_collection": "maybe"}}}}, "routing.keys.a.data_collection"),
         ({"state_store": {"backend": "etcd"}}, "state_store.backend"),
         ({"providers": [{"name": "p", "base_url": "http://p/v1"}], "deployments": [{"model": "m", "provider": "p", "routing": {"slots": 0}}]}, "deployments.0.routing.slots"),

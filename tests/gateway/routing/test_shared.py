@@ -11,6 +11,7 @@ import pytest
 from gateway.catalog import Catalog
 from gateway.config import BreakerConfig
 from gateway.errors import RateLimited
+from gateway.routing.affinity import CacheProfile
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.settings import KeyPolicy, RoutingConfig, StateStoreConfig
 from gateway.routing.shared import SharedState
@@ -213,3 +214,15 @@ async def test_store_outage_serves_locally_and_resyncs(caplog: pytest.LogCapture
     assert r2.latency.summary("l-1").samples == pytest.approx(1)
     # The two requests admitted during the outage were replayed into the shared window.
     assert (await store.inner.rate_usage(["key:team"], 60))["key:team"][0] == 2
+
+
+def test_snapshot_reads_cache_residence_from_the_index(pair: Any) -> None:
+    r1, _, clock = pair
+    r1.affinity.configure("l-0", CacheProfile(ttl_s=3600.0, capacity_tokens=256))  # smaller than LONG
+    f = features(LONG)
+    r1.learn_affinity("l-0", f.chain, 0, None)
+    r1.learn_affinity("l-1", f.chain, 0, None)
+    clock.advance(7.0)
+    snap = r1.snapshot()
+    assert snap.residence("l-0") == pytest.approx(7.0)  # evicting: its oldest block is 7 s old
+    assert snap.residence("l-1") is None  # room left
