@@ -4,6 +4,7 @@ with their reason codes, and the guard that overrode the scores, if any."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from gateway.catalog import Endpoint
 
@@ -39,6 +40,8 @@ class Filtered:
 
 
 TERMS = ("ttft", "queue", "work", "cost", "decode", "load", "quality", "home", "evict")
+# A Scored's TERMS values as a tuple, in TERMS order (one C call: the header reads them per response).
+term_values = attrgetter(*TERMS)
 
 
 @dataclass(slots=True)
@@ -75,7 +78,7 @@ class Scored:
     def terms(self) -> dict[str, float]:
         if not self.scored:
             return {}
-        return {name: getattr(self, name) for name in TERMS if name != "home" or self.home}
+        return {name: value for name, value in zip(TERMS, term_values(self)) if name != "home" or value}
 
     @property
     def facts(self) -> dict[str, float]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Any
 
-from gateway.routing.decision import TERMS, Decision, Scored
+from gateway.routing.decision import TERMS, Decision, Scored, term_values
 
 # Terms shown in the header, the largest first (by absolute value).
 HEADER_TERMS = 3
@@ -16,12 +16,7 @@ def _num(value: float) -> str:
 
 
 def top_terms(scored: Scored, n: int = HEADER_TERMS) -> list[tuple[str, float]]:
-    terms = [
-        ("ttft", scored.ttft), ("queue", scored.queue), ("work", scored.work), ("cost", scored.cost),
-        ("decode", scored.decode), ("load", scored.load), ("quality", scored.quality), ("home", scored.home),
-        ("evict", scored.evict),
-    ]  # spelled out: the header is built for every response, and getattr by name costs a third of it
-    nonzero = [kv for kv in terms if kv[1]]
+    nonzero = [kv for kv in zip(TERMS, term_values(scored)) if kv[1]]
     nonzero.sort(key=_magnitude)
     return nonzero[:n]
 

@@ -119,26 +119,24 @@ class Router:
         if any(undecided(f.est_prompt_tokens, ep.deployment.context_window - out) for ep in candidates):
             f.exact_prompt_tokens = await self.counter.acount_body(f.op, body)
 
-    def decide(self, candidates: Sequence[Endpoint], f: RequestFeatures, now: float | None = None) -> Decision:
+    def decide(
+        self, candidates: Sequence[Endpoint], f: RequestFeatures, now: float | None = None, *, score_sole: bool = True
+    ) -> Decision:
         """Filters and policy over the live snapshot (pure given the snapshot). When the request
-        itself rules every candidate out, the decision is empty and `rejection` says why."""
+        itself rules every candidate out, the decision is empty and `rejection` says why.
+        `score_sole=False` (the request path): a model with one deployment still goes through the
+        filters, but with nothing to rank it is not scored (`gwctl route explain` scores it)."""
         snapshot = self.shared.snapshot(now)
         kept, filtered = apply_filters(candidates, f, snapshot)
-        decision = self.policy(kept, snapshot, f, self.cfg, self.rng) if kept else self._fail_open(filtered)
+        if not kept:
+            decision = self._fail_open(filtered)
+        elif not score_sole and len(candidates) == 1:
+            decision = Decision(self.cfg.policy, [Scored(kept[0], 0.0)], sole=True)
+        else:
+            decision = self.policy(kept, snapshot, f, self.cfg, self.rng)
         decision.filtered = filtered
         self._apply_order(decision, f)
         return decision
-
-    def decide_sole(self, endpoint: Endpoint, f: RequestFeatures) -> Decision:
-        """`decide` for a model with one deployment: the filters still rule (a hard reason is a 400,
-        a soft one fails open), but there is nothing to rank, so the policy and its scoring are
-        skipped on the request path (`gwctl route explain` still scores it)."""
-        kept, filtered = apply_filters((endpoint,), f, self.shared.snapshot())
-        if not kept:
-            decision = self._fail_open(filtered)
-            decision.filtered = filtered
-            return decision
-        return Decision(self.cfg.policy, [Scored(endpoint, 0.0)], filtered, sole=True)
 
     def _fail_open(self, filtered: list[Filtered]) -> Decision:
         soft = [x for x in filtered if x.reason in SOFT_REASONS]
@@ -176,11 +174,11 @@ class Router:
 
     async def route(self, ctx: Any, candidates: Sequence[Endpoint]) -> Ordering:
         """The pipeline stage: decide, admit the key's rate limit, and set up the attempt feedback."""
-        sole = len(candidates) == 1
         # One deployment needs no chain, unless its prompt_cache_key shards by conversation.
-        f = self.features(ctx.op, ctx.body, ctx.key_name, hash_chain=not sole or candidates[0].id in self._takes_cache_key)
+        hash_chain = len(candidates) > 1 or candidates[0].id in self._takes_cache_key
+        f = self.features(ctx.op, ctx.body, ctx.key_name, hash_chain=hash_chain)
         await self.count_if_needed(f, ctx.body, candidates)
-        decision = self.decide_sole(candidates[0], f) if sole else self.decide(candidates, f)
+        decision = self.decide(candidates, f, score_sole=False)
         rejected = self.rejection(decision, f)
         if rejected is not None:
             raise rejected
