@@ -9,5 +9,11 @@ if [ ! -x /usr/bin/chromium ]; then
     SUDO=$([ "$(id -u)" -eq 0 ] || echo sudo)
     $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium
 fi
+# The Node SDK tests (tests/e2e/test_node_sdk.py) use the machine's Node.js and the pinned SDK.
+if ! command -v npm >/dev/null; then
+    SUDO=$([ "$(id -u)" -eq 0 ] || echo sudo)
+    $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm
+fi
+npm ci --prefix tests/e2e/node --no-audit --no-fund --loglevel=error
 bash scripts/services.sh
 exec .venv/bin/python -m pytest "$@"
