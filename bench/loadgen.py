@@ -23,7 +23,7 @@ from typing import Any
 import httptools
 
 MODEL = "mock-model"
-KEY = "bench-key-0123456789abcdef"
+KEY = "sk-bench-5f0c8e1a9b3d47e6a2c1f08d9e7b6a54"  # also LiteLLM's master key (--litellm)
 _REQUEST = {"model": MODEL, "messages": [{"role": "user", "content": "Say hello, briefly."}], "max_tokens": 32}
 CHAT = json.dumps(_REQUEST, separators=(",", ":")).encode()
 STREAM = json.dumps({**_REQUEST, "stream": True}, separators=(",", ":")).encode()

@@ -3,11 +3,14 @@
     .venv/bin/python bench/overhead.py                 # full run, about 4 minutes
     .venv/bin/python bench/overhead.py --quick         # smoke run, about 1 minute
     .venv/bin/python bench/overhead.py --rates 25,100,200 --rounds 7 --json out.json
+    .venv/bin/python bench/overhead.py --litellm /path/to/venv   # LiteLLM's proxy beside it
 
 It starts the mock upstream (bench/mock_upstream.py), a bare forwarding proxy (bench/bare_proxy.py,
 unless --no-bare) and the gateway (`gwctl serve` with a generated config). The proxy and the gateway
 are pinned to the first CPU, the mock and the load generator (this process and wrk) to the second.
 It measures three targets: the mock directly, the bare proxy in front of it, the gateway in front of it.
+With --litellm VENV (a virtualenv with `litellm[proxy]` installed), LiteLLM's proxy in front of the
+mock is a fourth, on the gateway's core with one worker: a side-by-side figure, not a target.
 
 - once per target: closed-loop saturation at 64 connections (wrk when installed, else the built-in
   client), streaming saturation, peak RSS, start-up time to the first 200 on /v1/models;
@@ -64,7 +67,7 @@ TARGETS = {
     "added_p50_ms_at_100": ("<=", 0.5),
     "added_ttfb_p50_ms": ("<=", 0.5),
 }
-TITLES = {"direct": "direct", "bare_proxy": "bare proxy", "gateway": "gateway"}
+TITLES = {"direct": "direct", "bare_proxy": "bare proxy", "gateway": "gateway", "litellm": "LiteLLM"}
 SUMMED = ("sent", "requests", "errors", "streams", "server_cpu_s")  # over rounds; other figures: median
 Phase = dict[str, Any]
 
@@ -185,6 +188,21 @@ def gateway_config(port: int, mock_port: int) -> dict[str, Any]:
     }
 
 
+def litellm_config(mock_port: int) -> dict[str, Any]:
+    """LiteLLM's proxy in front of the mock: one model, the bench key as its master key."""
+    return {
+        "model_list": [{"model_name": MODEL, "litellm_params": {
+            "model": f"openai/{MODEL}", "api_base": f"http://127.0.0.1:{mock_port}/v1", "api_key": "unused"}}],
+        "general_settings": {"master_key": KEY},
+    }
+
+
+def litellm_version(venv: Path) -> str:
+    code = "import importlib.metadata as m; print(m.version('litellm'))"
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "?"
+
+
 def gwctl() -> list[str]:
     script = Path(sys.executable).with_name("gwctl")
     return [str(script)] if script.exists() else [sys.executable, "-m", "gateway.cli.gwctl"]
@@ -208,8 +226,8 @@ def launch(stack: ExitStack, server: Server) -> Server:
 
 
 def start_targets(stack: ExitStack, tmp: Path, gateway_cpus: set[int], load_cpus: set[int],
-                  bare: bool) -> dict[str, Server]:
-    """The targets in measuring order: the mock (direct), the bare proxy, the gateway."""
+                  bare: bool, litellm: Path | None = None) -> dict[str, Server]:
+    """The targets in measuring order: the mock (direct), the bare proxy, the gateway, LiteLLM."""
     mock_port = free_port()
     mock_cmd = [sys.executable, str(HERE / "mock_upstream.py"), "--port", str(mock_port)]
     targets = {"direct": launch(stack, Server("mock", mock_cmd, load_cpus, tmp, mock_port, MODELS))}
@@ -223,6 +241,14 @@ def start_targets(stack: ExitStack, tmp: Path, gateway_cpus: set[int], load_cpus
     config.write_text(json.dumps(gateway_config(gw_port, mock_port)))  # JSON is YAML
     gw_cmd = [*gwctl(), "serve", "-c", str(config)]
     targets["gateway"] = launch(stack, Server("gateway", gw_cmd, gateway_cpus, tmp, gw_port, MODELS))
+    if litellm is not None:
+        port = free_port()
+        config = tmp / "litellm.yaml"
+        config.write_text(json.dumps(litellm_config(mock_port)))
+        cmd = [str(litellm / "bin" / "litellm"), "--config", str(config), "--port", str(port), "--num_workers", "1"]
+        # The local price map: LiteLLM would otherwise fetch it at start.
+        env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        targets["litellm"] = launch(stack, Server("litellm", cmd, gateway_cpus, tmp, port, MODELS, env=env))
     for name, server in targets.items():
         print(f"{TITLES[name]} on :{server.port}, start-up {server.startup_s:.2f} s", flush=True)
     return targets
@@ -239,10 +265,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "gateway_cpus": sorted(gateway_cpus), "load_cpus": sorted(load_cpus),
             "load_tool": "wrk" if args.wrk else "python", "duration_s": args.duration, "rates": args.rates,
             "rounds": args.rounds, "round_duration_s": args.round_duration, "streams_per_round": args.streams,
-            "bare_proxy": args.bare, "quick": args.quick, "git": git_version()}
+            "bare_proxy": args.bare, "quick": args.quick, "git": git_version(),
+            "litellm": litellm_version(args.litellm) if args.litellm else None}
     with tempfile.TemporaryDirectory(prefix="gw-bench-") as tmpdir, ExitStack() as stack:
         tmp = Path(tmpdir)
-        targets = start_targets(stack, tmp, gateway_cpus, load_cpus, args.bare)
+        targets = start_targets(stack, tmp, gateway_cpus, load_cpus, args.bare, args.litellm)
         ours = list(targets.values())
         results = {name: measure_saturation(name, t, ours, args, tmp) for name, t in targets.items()}
         wait_quiet(min(10.0, args.quiet_wait))  # let the servers settle after saturation before the latency rounds
@@ -253,6 +280,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     pairs = {"added": paired(rounds["gateway"], rounds["direct"])}
     if args.bare:
         pairs["own"] = paired(rounds["gateway"], rounds["bare_proxy"])
+    if args.litellm:
+        pairs["litellm"] = paired(rounds["litellm"], rounds["direct"])
     return {"meta": meta, **results, "paired": pairs, "rounds": rounds,
             "verdicts": verdicts(results["gateway"], pairs["added"])}
 
@@ -312,7 +341,9 @@ def _expand(rates: list[str]) -> list[tuple[str, tuple[str, ...], str | None]]:
 def report(res: dict[str, Any]) -> str:
     d, b, g, v = res["direct"], res.get("bare_proxy"), res["gateway"], res["verdicts"]
     added, own = res["paired"]["added"], res["paired"].get("own")
-    head = (f"{'':36}{'direct':>11}{'bare proxy':>11}{'gateway':>11}{'added':>11}{'own':>11}{'ratio':>8}"
+    lite, lite_added = res.get("litellm"), res["paired"].get("litellm")
+    extra = f"{'LiteLLM':>11}{'its added':>11}" if lite else ""
+    head = (f"{'':36}{'direct':>11}{'bare proxy':>11}{'gateway':>11}{'added':>11}{'own':>11}{'ratio':>8}{extra}"
             "  target")
     lines = [head, "-" * (len(head) + 8)]
     for label, path, key in _expand(list(d["open_loop"])):
@@ -322,10 +353,14 @@ def report(res: dict[str, Any]) -> str:
         add = gv - dv if pair_added is None else pair_added
         mine = gv - bv if pair_own is None else pair_own
         mark = " *" if pair_added is not None else ""
+        side = ""
+        if lite:
+            lv, pair_lite = _get(lite, path), _find(lite_added, path)
+            side = f"{_num(lv):>11}{_num(lv - dv if pair_lite is None else pair_lite, '+'):>11}"
         lines.append(f"{label + mark:<36}{_num(dv):>11}{_num(bv):>11}{_num(gv):>11}{_num(add, '+'):>11}"
-                     f"{_num(mine, '+'):>11}{_num(gv / dv if dv else NAN):>8}  {_verdict(v.get(key or ''))}")
+                     f"{_num(mine, '+'):>11}{_num(gv / dv if dv else NAN):>8}{side}  {_verdict(v.get(key or ''))}")
     lines.append(lines[1])
-    lines += _footer(res, [r for r in (d, b, g) if r])
+    lines += _footer(res, [r for r in (d, b, g, lite) if r])
     return "\n".join(lines)
 
 
@@ -337,7 +372,8 @@ def _footer(res: dict[str, Any], results: list[dict[str, Any]]) -> list[str]:
     events = sorted(set().union(*(r["streams"]["events"] for r in results)))
     rounds = f"{meta['rounds']} round{'s' if meta['rounds'] != 1 else ''}"
     lines = [
-        "added = gateway - direct; own = gateway - bare proxy (the gateway's own work); ratio = gateway / direct",
+        "added = gateway - direct; own = gateway - bare proxy (the gateway's own work); ratio = gateway / direct"
+        + ("; its added = LiteLLM - direct" if res.get("litellm") else ""),
         f"* added and own: medians over {rounds} of per-round differences, "
         "so they may differ from the columns' difference",
         f"errors: {errors}; SSE events per stream: {events}; load tool: {meta['load_tool']}; "
@@ -394,6 +430,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quiet-wait", type=float, default=60.0,
                    help="wait up to this many seconds for other load to stop before starting (default 60)")
     p.add_argument("--json", type=Path, help="also write the results, each round's included, to this file")
+    p.add_argument("--litellm", type=Path, metavar="VENV",
+                   help="also measure LiteLLM's proxy, from this virtualenv (pip install 'litellm[proxy]')")
     args = p.parse_args(argv)
     args.rates = [float(r) for r in args.rates.split(",") if r.strip()]
     args.wrk = args.wrk and shutil.which("wrk") is not None
@@ -403,6 +441,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.rounds, args.round_duration, args.streams, args.open_warmup = 1, 1.0, 30, 0.5
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
+    if args.litellm is not None and not (args.litellm / "bin" / "litellm").exists():
+        p.error(f"--litellm: no bin/litellm in {args.litellm}")
     return args
 
 

@@ -19,13 +19,15 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 class Server:
     """A child process in its own session, pinned to `cpus`; `stop()` ends its whole group."""
 
-    def __init__(self, name: str, cmd: list[str], cpus: set[int], workdir: Path, port: int, ready_path: str) -> None:
+    def __init__(self, name: str, cmd: list[str], cpus: set[int], workdir: Path, port: int, ready_path: str,
+                 env: dict[str, str] | None = None) -> None:
         self.name, self.log, self.port, self.ready_path = name, workdir / f"{name}.log", port, ready_path
         self.startup_s = float("nan")
         self.started = now()
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True
+                cmd, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True,
+                env={**os.environ, **env} if env else None,
             )
         with suppress(ProcessLookupError):  # if it died at once, wait_ready says why
             os.sched_setaffinity(self.proc.pid, cpus)
