@@ -31,8 +31,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from loadgen import CHAT, CHAT_PATH, KEY, MODELS, STREAM
-from overhead import gateway_config
+from loadgen import CHAT, CHAT_PATH, MODELS, STREAM, request_bytes
+from overhead import gateway_config, launch
 from procs import Server, free_port, started, wait_quiet
 
 HERE = Path(__file__).resolve().parent
@@ -50,20 +50,21 @@ COMMON = [
     ("dispatch, build the request", "routed", "upstream_sent"),
     ("upstream: to its headers", "upstream_sent", "upstream_headers"),
 ]
+TO_CLIENT = ("gateway socket -> client (wake-up)", "sent2", "client_got")
 CHAT_SEGMENTS = [
     *COMMON,
     ("upstream: body", "upstream_headers", "upstream_body"),
     ("parse the answer, commit", "upstream_body", "dispatched"),
     ("response headers", "dispatched", "send1"),
     ("writes (uvicorn)", "send1", "sent2"),
-    ("gateway socket -> client (wake-up)", "sent2", "client_got"),
+    TO_CLIENT,
 ]
 STREAM_SEGMENTS = [
     *COMMON,
     ("upstream: first event", "upstream_headers", "dispatched"),
     ("stream set-up, response headers", "dispatched", "send1"),
     ("writes: headers, first chunk", "send1", "sent2"),
-    ("gateway socket -> client (wake-up)", "sent2", "client_got"),
+    TO_CLIENT,
 ]
 # Off the critical path: for chat the accounting after the answer, for a stream the rest of it too.
 AFTER = ("after the first answer bytes (off the path)", "sent2", "end")
@@ -80,13 +81,10 @@ class Client:
     def close(self) -> None:
         self.sock.close()
 
-    def request(self, body: bytes, request_id: str) -> tuple[int, int]:
-        """(sent, got) in monotonic ns: got is the first body byte (streams) or the whole answer."""
-        head = (
-            f"POST {CHAT_PATH} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nAuthorization: Bearer {KEY}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nX-Request-Id: {request_id}\r\n\r\n"
-        )
-        raw = head.encode() + body
+    def request(self, body: bytes, request_id: str, *, first_byte: bool = False) -> tuple[int, int]:
+        """(sent, got) in monotonic ns: got is the first body byte with `first_byte` (streams),
+        else the end of the answer."""
+        raw = request_bytes("POST", CHAT_PATH, self.port, body, {"X-Request-Id": request_id})
         sent = time.monotonic_ns()
         self.sock.sendall(raw)
         buf, got = b"", 0
@@ -103,7 +101,7 @@ class Client:
             if not buf.startswith(b"HTTP/1.1 200"):
                 raise RuntimeError(f"answer: {buf[:200]!r}")
             if _complete(buf, end):
-                return sent, (time.monotonic_ns() if b'"stream":true' not in body else got)
+                return sent, (got if first_byte else time.monotonic_ns())
 
 
 def _complete(buf: bytes, end: int) -> bool:
@@ -114,7 +112,8 @@ def _complete(buf: bytes, end: int) -> bool:
     return buf.endswith(b"0\r\n\r\n")
 
 
-def paced(client: Client, body: bytes, count: int, gap: float, tag: str) -> dict[str, tuple[int, int]]:
+def paced(client: Client, body: bytes, count: int, gap: float, tag: str, *,
+          first_byte: bool = False) -> dict[str, tuple[int, int]]:
     """`count` requests, each `gap` seconds after the previous one's scheduled time (spin for the
     last 2 ms, so the send is on time)."""
     out: dict[str, tuple[int, int]] = {}
@@ -125,7 +124,7 @@ def paced(client: Client, body: bytes, count: int, gap: float, tag: str) -> dict
             if left > 0.002:
                 time.sleep(left - 0.002)
         rid = f"{tag}-{i}"
-        out[rid] = client.request(body, rid)
+        out[rid] = client.request(body, rid, first_byte=first_byte)
     return out
 
 
@@ -151,10 +150,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="gw-path-") as tmpdir, ExitStack() as stack:
         tmp = Path(tmpdir)
         mock_port, gw_port = free_port(), free_port()
-        mock = Server("mock", [sys.executable, str(HERE / "mock_upstream.py"), "--port", str(mock_port)],
-                      load_cpus, tmp, mock_port, MODELS)
-        stack.enter_context(started(mock))
-        mock.wait_ready()
+        launch(stack, Server("mock", [sys.executable, str(HERE / "mock_upstream.py"), "--port", str(mock_port)],
+                             load_cpus, tmp, mock_port, MODELS))
         config = tmp / "gateway.yaml"
         config.write_text(json.dumps(gateway_config(gw_port, mock_port)))
         out = tmp / "stamps.json"
@@ -169,7 +166,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     for port, into in ((gw_port, timed), (mock_port, direct)):
                         client = Client(port)
                         try:
-                            into[f"{name} {kind}"] = paced(client, body, args.requests, gap, f"{name}-{kind}")
+                            into[f"{name} {kind}"] = paced(client, body, args.requests, gap, f"{name}-{kind}",
+                                                           first_byte=kind == "stream")
                         finally:
                             client.close()
         stamps = json.loads(out.read_text())

@@ -24,29 +24,28 @@ from pathlib import Path
 
 from critical_path import Client, paced
 from loadgen import CHAT, MODELS
-from overhead import gateway_config, gwctl
-from procs import Server, free_port, started, wait_quiet
+from overhead import gateway_config, gwctl, launch
+from procs import Server, free_port, wait_quiet
 
 HERE = Path(__file__).resolve().parent
-TARGETS = ("direct", "raw proxy", "bare proxy", "gateway")
 
 
-def servers(tmp: Path, proxy_cpus: set[int], load_cpus: set[int]) -> list[tuple[str, Server]]:
-    mock_port = free_port()
+def start_servers(stack: ExitStack, tmp: Path, proxy_cpus: set[int], load_cpus: set[int]) -> dict[str, Server]:
+    """The targets by name, each started and answering before the next starts."""
+    mock_port, raw_port, bare_port, gw_port = free_port(), free_port(), free_port(), free_port()
     upstream = f"http://127.0.0.1:{mock_port}"
-    mock = Server("mock", [sys.executable, str(HERE / "mock_upstream.py"), "--port", str(mock_port)],
-                  load_cpus, tmp, mock_port, MODELS)
-    raw_port, bare_port, gw_port = free_port(), free_port(), free_port()
     config = tmp / "gateway.yaml"
     config.write_text(json.dumps(gateway_config(gw_port, mock_port)))
-    return [
-        ("direct", mock),
-        ("raw proxy", Server("raw-proxy", [sys.executable, str(HERE / "raw_proxy.py"), "--port", str(raw_port),
-                                           "--upstream", upstream], proxy_cpus, tmp, raw_port, MODELS)),
-        ("bare proxy", Server("bare-proxy", [sys.executable, str(HERE / "bare_proxy.py"), "--port", str(bare_port),
-                                             "--upstream", upstream], proxy_cpus, tmp, bare_port, MODELS)),
-        ("gateway", Server("gateway", [*gwctl(), "serve", "-c", str(config)], proxy_cpus, tmp, gw_port, MODELS)),
-    ]
+    commands = {
+        "direct": ([sys.executable, str(HERE / "mock_upstream.py"), "--port", str(mock_port)], load_cpus, mock_port),
+        "raw proxy": ([sys.executable, str(HERE / "raw_proxy.py"), "--port", str(raw_port), "--upstream", upstream],
+                      proxy_cpus, raw_port),
+        "bare proxy": ([sys.executable, str(HERE / "bare_proxy.py"), "--port", str(bare_port), "--upstream", upstream],
+                       proxy_cpus, bare_port),
+        "gateway": ([*gwctl(), "serve", "-c", str(config)], proxy_cpus, gw_port),
+    }
+    return {name: launch(stack, Server(name.replace(" ", "-"), cmd, cpus, tmp, port, MODELS))
+            for name, (cmd, cpus, port) in commands.items()}
 
 
 def p50_us(port: int, count: int, gap: float) -> float:
@@ -69,18 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     proxy_cpus, load_cpus = {cpus[0]}, {cpus[-1]}
     os.sched_setaffinity(0, load_cpus)
     wait_quiet(args.quiet_wait)
-    rounds: dict[str, list[float]] = {name: [] for name in TARGETS}
     with tempfile.TemporaryDirectory(prefix="gw-floor-") as tmpdir, ExitStack() as stack:
-        targets = servers(Path(tmpdir), proxy_cpus, load_cpus)
-        for _, server in targets:
-            stack.enter_context(started(server))
-            server.wait_ready()
+        targets = start_servers(stack, Path(tmpdir), proxy_cpus, load_cpus)
+        rounds: dict[str, list[float]] = {name: [] for name in targets}
         for i in range(args.rounds):
-            for name, server in targets:
+            for name, server in targets.items():
                 rounds[name].append(p50_us(server.port, args.requests, args.gap_ms / 1000))
-            print(f"round {i + 1}/{args.rounds}: " + ", ".join(f"{n} {rounds[n][-1]:.0f}" for n in TARGETS), flush=True)
+            print(f"round {i + 1}/{args.rounds}: " + ", ".join(f"{n} {r[-1]:.0f}" for n, r in rounds.items()), flush=True)
     print(f"\nmedian latency (µs), requests {args.gap_ms:g} ms apart; added = median over rounds of (target - direct)")
-    for name in TARGETS:
+    for name in rounds:
         added = statistics.median(a - d for a, d in zip(rounds[name], rounds["direct"], strict=True))
         print(f"  {name:<12}{statistics.median(rounds[name]):>9.0f}   added {added:>+7.0f}")
     return 0

@@ -34,10 +34,11 @@ SPIN_S = 0.002  # open loop: the last stretch before a scheduled send is busy-wa
 now = time.perf_counter
 
 
-def request_bytes(method: str, path: str, port: int, body: bytes = b"") -> bytes:
+def request_bytes(method: str, path: str, port: int, body: bytes = b"", headers: dict[str, str] | None = None) -> bytes:
     head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {KEY}\r\n"
     if body:
         head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
     return (head + "\r\n").encode() + body
 
 

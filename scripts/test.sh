@@ -4,16 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GW_EXTRAS=test bash scripts/install.sh
+apt_install() {
+    local sudo
+    sudo=$([ "$(id -u)" -eq 0 ] || echo sudo)
+    $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@"
+}
 # The dashboard's browser tests use Debian's chromium through Playwright (no browser download).
-if [ ! -x /usr/bin/chromium ]; then
-    SUDO=$([ "$(id -u)" -eq 0 ] || echo sudo)
-    $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium
-fi
+[ -x /usr/bin/chromium ] || apt_install chromium
 # The Node SDK tests (tests/e2e/test_node_sdk.py) use the machine's Node.js and the pinned SDK.
-if ! command -v npm >/dev/null; then
-    SUDO=$([ "$(id -u)" -eq 0 ] || echo sudo)
-    $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm
-fi
+command -v npm >/dev/null || apt_install nodejs npm
 npm ci --prefix tests/e2e/node --no-audit --no-fund --loglevel=error
 bash scripts/services.sh
 exec .venv/bin/python -m pytest "$@"

@@ -86,21 +86,21 @@ def test_streaming_include_usage(outcomes: dict[str, Any]) -> None:
     assert r["usage"]["completion_tokens"] == 4
 
 
-def test_tool_call(outcomes: dict[str, Any]) -> None:
-    r = ok(outcomes, "toolCall")
+def one_weather_call(r: dict[str, Any]) -> dict[str, str]:
     assert r["finish"] == "tool_calls"
     (call,) = r["calls"]
     assert call["name"] == "get_weather"
     assert json.loads(call["arguments"]) == WEATHER_ARGS
-    assert call["id"].startswith("call_")
+    return dict(call)
+
+
+def test_tool_call(outcomes: dict[str, Any]) -> None:
+    assert one_weather_call(ok(outcomes, "toolCall"))["id"].startswith("call_")
 
 
 def test_stream_helper_reassembles_tool_call_deltas(outcomes: dict[str, Any]) -> None:
     r = ok(outcomes, "streamToolCall")
-    assert r["finish"] == "tool_calls"
-    (call,) = r["calls"]
-    assert call["name"] == "get_weather"
-    assert json.loads(call["arguments"]) == WEATHER_ARGS
+    one_weather_call(r)
     assert r["chunks"] > 3  # the arguments arrived in fragments
 
 
