@@ -11,6 +11,13 @@ python="${PYTHON:-python3}"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
+# The agent probe runs model-written code under bubblewrap, with a seccomp filter built by libseccomp.
+if ! command -v bwrap >/dev/null || ! { ldconfig -p 2>/dev/null | grep 'libseccomp\.so\.2' >/dev/null; }; then
+    echo "==> installing bubblewrap and libseccomp2 (apt)" >&2
+    sudo=$([ "$(id -u)" -eq 0 ] || echo sudo)
+    $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq bubblewrap libseccomp2
+fi
+
 echo "==> installing the gateway [$extras] into .venv" >&2
 .venv/bin/pip install --quiet --editable ".[$extras]"
 

@@ -1,9 +1,12 @@
-"""A throwaway pids cgroup per sandbox run: its `pids.max` caps how many processes and threads the
-sandboxed code can have at once (RLIMIT_NPROC does not bind root), and its member list lets the
-parent kill every process of the run, including ones that left the process group.
+"""A throwaway cgroup per sandbox run: `pids.max` caps processes and threads, the memory limit
+covers everything the run allocates (its scratch tmpfs included), the CPU quota caps its rate, and
+the member list lets the parent kill every process of the run, including ones that left the process
+group.
 
-Works with cgroup v1 (a `pids` hierarchy) and v2 (a `pids` controller enabled for our cgroup's
-children). `PidsCgroup.create` returns None where neither is writable.
+cgroup v2 (one directory, the controllers enabled for our cgroup's children) is preferred; cgroup v1
+hierarchies (`pids`, `memory`, `cpu`) are used for the controllers v2 does not offer.
+`SandboxCgroup.create` returns None where no controller is writable; `controllers` says which
+limits it enforces, and the sandbox falls back to rlimits for the others.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ import signal
 import time
 import uuid
 from pathlib import Path
+
+CONTROLLERS = ("pids", "memory", "cpu")
+CPU_PERIOD_US = 100_000
 
 
 def _mounts() -> list[tuple[str, str, set[str]]]:
@@ -35,46 +41,96 @@ def _own_paths() -> dict[str, str]:
     return paths
 
 
-def _candidate_parents() -> list[Path]:
-    own = _own_paths()
-    parents = []
-    for mountpoint, fstype, options in _mounts():
-        if fstype == "cgroup" and "pids" in options and "pids" in own:
-            parents.append(Path(mountpoint) / own["pids"].lstrip("/"))
-        elif fstype == "cgroup2" and "" in own:
-            parents.append(Path(mountpoint) / own[""].lstrip("/"))
-    return parents
+def _write(path: Path, value: str) -> bool:
+    try:
+        path.write_text(value)
+        return True
+    except OSError:
+        return False
 
 
-class PidsCgroup:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    @classmethod
-    def create(cls, max_pids: int) -> PidsCgroup | None:
-        for parent in _candidate_parents():
-            path = parent / f"agent-sandbox-{uuid.uuid4().hex[:12]}"
-            try:
-                path.mkdir()
-            except OSError:
-                continue
-            try:
-                (path / "pids.max").write_text(str(max_pids))
-                return cls(path)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    path.rmdir()
-        return None
+class SandboxCgroup:
+    def __init__(self, dirs: dict[str, Path]) -> None:
+        self.dirs = dirs  # controller -> the directory enforcing it (one for v2, one per v1 hierarchy)
 
     @property
-    def procs_file(self) -> Path:
-        return self.path / "cgroup.procs"
+    def controllers(self) -> frozenset[str]:
+        return frozenset(self.dirs)
+
+    @property
+    def procs_files(self) -> list[Path]:
+        return [d / "cgroup.procs" for d in dict.fromkeys(self.dirs.values())]
+
+    @classmethod
+    def create(cls, max_pids: int, memory_bytes: int, cpu_cores: float) -> SandboxCgroup | None:
+        name = f"agent-sandbox-{uuid.uuid4().hex[:12]}"
+        own = _own_paths()
+        dirs: dict[str, Path] = {}
+        for mountpoint, fstype, options in _mounts():
+            if fstype == "cgroup2" and "" in own:
+                parent = Path(mountpoint) / own[""].lstrip("/")
+                try:
+                    offered = set((parent / "cgroup.subtree_control").read_text().split())
+                except OSError:
+                    continue
+                wanted = [c for c in CONTROLLERS if c in offered and c not in dirs]
+                if wanted and _mkdir(parent / name):
+                    dirs.update({c: parent / name for c in wanted})
+            elif fstype == "cgroup":
+                for controller in CONTROLLERS:
+                    if controller in options and controller not in dirs and controller in own:
+                        path = Path(mountpoint) / own[controller].lstrip("/") / name
+                        if _mkdir(path):
+                            dirs[controller] = path
+        cgroup = cls(dirs)
+        cgroup._apply(max_pids, memory_bytes, cpu_cores)
+        return cgroup if cgroup.dirs else None
+
+    def _apply(self, max_pids: int, memory_bytes: int, cpu_cores: float) -> None:
+        for controller in list(self.dirs):
+            d = self.dirs[controller]
+            v2 = (d / "cgroup.controllers").exists()
+            if controller == "pids":
+                ok = _write(d / "pids.max", str(max_pids))
+            elif controller == "memory" and v2:
+                ok = _write(d / "memory.max", str(memory_bytes))
+                _write(d / "memory.swap.max", "0")
+            elif controller == "memory":
+                ok = _write(d / "memory.limit_in_bytes", str(memory_bytes))
+                _write(d / "memory.memsw.limit_in_bytes", str(memory_bytes))  # absent without swap accounting
+            else:
+                quota = max(1000, int(cpu_cores * CPU_PERIOD_US))
+                ok = (_write(d / "cpu.max", f"{quota} {CPU_PERIOD_US}") if v2
+                      else _write(d / "cpu.cfs_period_us", str(CPU_PERIOD_US)) and _write(d / "cpu.cfs_quota_us", str(quota)))
+            if not ok:
+                # A controller we cannot set enforces nothing: leave it to the rlimits.
+                self._rmdir_if_unused(controller)
+
+    def _rmdir_if_unused(self, controller: str) -> None:
+        d = self.dirs.pop(controller)
+        if d not in self.dirs.values():
+            with contextlib.suppress(OSError):
+                d.rmdir()
 
     def pids(self) -> list[int]:
-        try:
-            return [int(p) for p in self.procs_file.read_text().split()]
-        except OSError:
-            return []
+        found: set[int] = set()
+        for procs in self.procs_files:
+            with contextlib.suppress(OSError):
+                found.update(int(p) for p in procs.read_text().split())
+        return sorted(found)
+
+    def oom_killed(self) -> bool:
+        """Whether the kernel killed a member for the memory limit."""
+        d = self.dirs.get("memory")
+        if d is None:
+            return False
+        for name in ("memory.events", "memory.oom_control"):
+            with contextlib.suppress(OSError):
+                for line in (d / name).read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill" and int(value) > 0:
+                        return True
+        return False
 
     def kill_all(self, timeout: float = 5.0) -> bool:
         """SIGKILL every member until none is left (a fork loop may add some meanwhile)."""
@@ -89,16 +145,25 @@ class PidsCgroup:
         return True
 
     def remove(self, timeout: float = 5.0) -> None:
-        """Kill what is left and remove the cgroup (rmdir fails while a dying member remains)."""
+        """Kill what is left and remove the directories (rmdir fails while a dying member remains)."""
         self.kill_all(timeout)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.01)
+        for d in dict.fromkeys(self.dirs.values()):
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.01)
+
+
+def _mkdir(path: Path) -> bool:
+    try:
+        path.mkdir()
+        return True
+    except OSError:
+        return False

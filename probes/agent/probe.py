@@ -5,7 +5,9 @@ the pass rate with the endpoint's own frozen baseline (frozen on its first run) 
 reference's (run and frozen the first time it is needed), each by a one-sided Fisher exact test.
 A pass rate more than `demote_drop` below either, with at least `min_attempts` on both sides, is the
 hard rule of research/probes.md 2.6 and comes back with effect "demote". Runs that the endpoint
-did not answer are availability evidence and are left out of the pass rate.
+did not answer are availability evidence and are left out of the pass rate. Where the host cannot
+provide the sandbox, the probe reports `unavailable` (an inconclusive result naming why) and runs no
+model-written code at all.
 """
 
 from __future__ import annotations
@@ -110,7 +112,8 @@ class AgentProbe:
         try:
             runs = await self._run_suite(ctx.client, ctx, tasks)
         except SandboxUnavailable as exc:
-            return ProbeResult(self.name, "error", 0, details={"reason": str(exc)}, effect=self.effect)
+            # The host's fault, not the endpoint's: no code ran unsandboxed, and no state moves.
+            return ProbeResult(self.name, "inconclusive", 0, details={"unavailable": str(exc)}, effect=self.effect)
         summary = summarise(runs)
         spent = {"tokens": sum(r.tokens for r in runs), "requests": sum(r.steps for r in runs),
                  "errors": summary["unanswered"]}

@@ -1,12 +1,22 @@
-"""Run untrusted Python in a subprocess: a scratch dir removed afterwards, rlimits (CPU, address
-space, file size, processes, open files), a pids cgroup, a wall-clock timeout that kills every
-process of the run, no network, a read-only file system outside the scratch dir with the
-gateway's working and home directories hidden under empty mounts, a stripped environment,
-`python -I -S`, and captured, size-capped output.
+"""Run untrusted Python under bubblewrap (`bwrap`, Debian's `bubblewrap`, what Flatpak uses).
 
-`Sandbox` is the interface; `SubprocessSandbox` the implementation (see `sandbox_boot` for what
-happens inside); `probes.agent.fake_sandbox.FakeSandbox` the fake. `SandboxUnavailable` is raised,
-and nothing runs, when isolation cannot be set up: never run with network rather than without.
+What the code gets, as root and as an unprivileged user alike:
+- a new user namespace whose uid maps to an unprivileged host uid (as root, `sandbox_boot` first
+  drops to `sandbox_ids`, 65534 by default), all capabilities dropped, `no_new_privs`, no nested
+  user namespaces, and the seccomp filter of `probes.agent.seccomp`;
+- new PID, network (loopback only), IPC, UTS and cgroup namespaces, a fresh `/proc` of its own PID
+  namespace and a minimal `/dev`;
+- a file system that holds only what an allow-list binds, read-only: the interpreter (its binary,
+  standard library, libpython and the system library directory), plus the task files, read-only,
+  in `/sandbox`, a private tmpfs of `scratch_bytes` that is the only writable place;
+- memory, pids and CPU limits from a cgroup (`probes.agent.cgroup`) where the host offers one, and
+  rlimits (address space, processes, CPU seconds, file size, open files) in any case;
+- an empty environment, `python -I -S`, a wall-clock timeout, size-capped output, and death with
+  the parent (`--die-with-parent`; the PID namespace takes every process of the run with it).
+
+`Sandbox` is the interface; `SubprocessSandbox` the implementation; `probes.agent.fake_sandbox`
+the fake. `SandboxUnavailable` is raised, and nothing runs, when any of this cannot be set up
+(no bwrap, no user namespaces, no interpreter the sandbox uid can read).
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -24,15 +35,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from probes.agent.cgroup import PidsCgroup
+from probes.agent.cgroup import SandboxCgroup
+from probes.agent.seccomp import compiled_filter_fd
 
 BOOT = Path(__file__).with_name("sandbox_boot.py")
 REFUSED = 97  # sandbox_boot's exit code when isolation failed
+SCRATCH = "/sandbox"
+NOBODY = (65534, 65534)
 MiB = 1024 * 1024
+_INTERPRETER_PROBE = (
+    "import json, sys, sysconfig\n"
+    "v = sysconfig.get_config_var\n"
+    "lib = (v('LIBDIR') or '') + '/' + (v('INSTSONAME') or v('LDLIBRARY') or '') if v('Py_ENABLE_SHARED') else ''\n"
+    "print(json.dumps({'executable': sys.executable, 'stdlib': sysconfig.get_path('stdlib'),\n"
+    "                  'platstdlib': sysconfig.get_path('platstdlib'), 'libpython': lib,\n"
+    "                  'multiarch': v('MULTIARCH') or ''}))\n"
+)
 
 
 class SandboxUnavailable(RuntimeError):
-    """Isolation (network, process limits) cannot be set up here; nothing was run."""
+    """The sandbox cannot be set up here; nothing was run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +66,8 @@ class Limits:
     processes: int = 32  # processes and threads at once
     open_files: int = 64
     output_bytes: int = 64 * 1024  # kept of stdout and of stderr each
+    scratch_bytes: int = 16 * MiB  # the writable tmpfs
+    cpu_cores: float = 1.0  # the cgroup's CPU quota
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,20 +94,25 @@ class Sandbox(Protocol):
         self, files: Mapping[str, str], script: str, *, args: Sequence[str] = (), stdin: str = "",
         limits: Limits | None = None,
     ) -> SandboxResult:
-        """Write `files` into a fresh scratch dir, run `python -I -S <script> <args>` there."""
+        """Put `files` into a fresh scratch dir, run `python -I -S <script> <args>` there."""
         ...
 
 
-def _killed_by(status: int, stderr: str) -> str | None:
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
+def _killed_by(exit_code: int, stderr: str, oom: bool) -> str | None:
+    """bwrap exits 128+N when its child died of signal N; Python turns some limits into exceptions."""
+    if 128 < exit_code <= 128 + 64:
+        sig = exit_code - 128
+        if sig == signal.SIGKILL and oom:
+            return "memory"
         if sig == signal.SIGXCPU:
             return "cpu"
         if sig == signal.SIGXFSZ:
             return "file_size"
-        return f"signal:{signal.Signals(sig).name}"
-    if os.WEXITSTATUS(status) != 0:
-        # Python turns both limits into exceptions rather than signals.
+        try:
+            return f"signal:{signal.Signals(sig).name}"
+        except ValueError:
+            return f"signal:{sig}"
+    if exit_code != 0:
         if "MemoryError" in stderr[-2000:]:
             return "memory"
         if "File too large" in stderr[-2000:]:
@@ -97,94 +126,153 @@ def _read_capped(path: Path, cap: int) -> tuple[str, bool]:
     return data[:cap].decode("utf-8", "replace"), len(data) > cap
 
 
-def default_hidden(python: str) -> tuple[str, ...]:
-    """Directories generated code must not read (configs, databases, keys): the gateway's working
-    directory and the home directories, less any that hold the interpreter the sandbox runs."""
-    keep = Path(sys.base_prefix).resolve(), Path(python).resolve()
-    candidates = [Path.cwd(), Path.home(), Path("/home"), Path("/srv"), Path("/etc/ssl/private")]
-    hidden = []
-    for path in candidates:
-        path = path.resolve()
-        if path == Path("/") or not path.is_dir() or any(k == path or path in k.parents for k in keep):
-            continue
-        hidden.append(str(path))
-    return tuple(dict.fromkeys(hidden))
+def _json_documents(text: str) -> dict[str, object]:
+    """bwrap's --json-status-fd writes one JSON object after another; merged into one dict."""
+    decoder, merged, i = json.JSONDecoder(), {}, 0
+    while (i := _skip_space(text, i)) < len(text):
+        doc, i = decoder.raw_decode(text, i)
+        merged.update(doc)
+    return merged
+
+
+def _skip_space(text: str, i: int) -> int:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    return i
+
+
+def _reachable(path: str, as_other: bool) -> bool:
+    """Whether the sandbox uid can read `path`: as "other" for a root gateway's files (it runs as
+    a uid that owns nothing), as this process otherwise (the user namespace maps to our own uid)."""
+    if not os.path.exists(path):
+        return False
+    if not as_other:
+        return os.access(path, os.R_OK)
+    p = Path(path)
+    for d in p.parents:
+        if not os.stat(d).st_mode & stat.S_IXOTH:
+            return False
+    mode = os.stat(p).st_mode
+    return bool(mode & stat.S_IROTH) and (not stat.S_ISDIR(mode) or bool(mode & stat.S_IXOTH))
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, 0)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 class SubprocessSandbox:
     def __init__(
-        self, limits: Limits | None = None, *, python: str = sys.executable, hide: Sequence[str] | None = None
+        self, limits: Limits | None = None, *, python: str | None = None, bwrap: str | None = None,
+        sandbox_ids: tuple[int, int] = NOBODY,
     ) -> None:
         self.limits = limits or Limits()
-        # The real path: a virtualenv's python may sit under a directory that is hidden below.
-        self._python = str(Path(python).resolve())
-        self._hide = tuple(hide) if hide is not None else default_hidden(self._python)
+        # The gateway's own interpreter, or the system's when a root gateway's sits where the
+        # sandbox uid cannot read it (pyenv under /root, a virtualenv under a 0700 home).
+        candidates = [python] if python else [sys.executable, "/usr/bin/python3"]
+        self._candidates = [str(Path(c).resolve()) for c in candidates]
+        self._bwrap = bwrap if bwrap is not None else shutil.which("bwrap")
+        self._sandbox_ids = sandbox_ids
+        self._binds: tuple[str, list[str]] | None = None
 
-    def _launcher(self) -> tuple[list[str], bool]:
-        """The command prefix that puts the boot process in new namespaces, and whether the boot
-        process must call os.unshare itself."""
-        if hasattr(os, "unshare"):
-            return [], True
-        tool = shutil.which("unshare")
-        if tool is None:
-            raise SandboxUnavailable("no os.unshare (Python < 3.12) and no `unshare` tool: refusing to run")
-        # --pid --fork: the boot process is the namespace's init, so all its descendants die with it.
-        return [tool, "--net", "--mount", "--pid", "--fork", "--kill-child", "--"], False
+    def _interpreter(self, as_other: bool) -> tuple[str, list[str]]:
+        """The interpreter to run and the bwrap arguments that bind it (and its libraries) read-only."""
+        if self._binds is not None:
+            return self._binds
+        for python in self._candidates:
+            if not _reachable(python, as_other):
+                continue
+            try:
+                out = subprocess.run([python, "-I", "-S", "-c", _INTERPRETER_PROBE], env={}, capture_output=True,
+                                     timeout=60, check=True).stdout
+                info = json.loads(out)
+            except (OSError, subprocess.SubprocessError, ValueError):
+                continue
+            paths = [python, info["stdlib"], info["platstdlib"], info["libpython"]]
+            arch = info["multiarch"]
+            paths += [f"/usr/lib/{arch}" if arch else "", "/usr/lib64"]
+            args: list[str] = []
+            for top in ("/lib", "/lib64", "/bin"):
+                if os.path.islink(top):
+                    args += ["--symlink", os.readlink(top), top]
+                elif arch and top == "/lib":
+                    paths.append(f"/lib/{arch}")
+                elif top == "/lib64":
+                    paths.append("/lib64")
+            kept = [p for p in dict.fromkeys(paths) if p and os.path.exists(p)]
+            if not all(_reachable(p, as_other) for p in kept):
+                continue
+            for p in kept:
+                args += ["--ro-bind", p, p]
+            self._binds = (python, args)
+            return self._binds
+        raise SandboxUnavailable(f"no interpreter the sandbox uid can read among {self._candidates}: refusing to run")
 
     def run(
         self, files: Mapping[str, str], script: str, *, args: Sequence[str] = (), stdin: str = "",
         limits: Limits | None = None,
     ) -> SandboxResult:
         lim = limits or self.limits
-        prefix, self_unshare = self._launcher()
-        cgroup = PidsCgroup.create(lim.processes)
-        if cgroup is None and os.geteuid() == 0:
-            raise SandboxUnavailable("no writable pids cgroup, and RLIMIT_NPROC does not bind root: refusing to run")
-        scratch = Path(tempfile.mkdtemp(prefix="agent-sandbox-")).resolve()
+        if not self._bwrap or not os.access(self._bwrap, os.X_OK):
+            raise SandboxUnavailable("bubblewrap (bwrap) is not installed: refusing to run")
+        as_root = os.geteuid() == 0
+        python, interpreter_binds = self._interpreter(as_other=as_root)
+        cgroup = SandboxCgroup.create(lim.processes, lim.memory_bytes, lim.cpu_cores)
         io_dir = Path(tempfile.mkdtemp(prefix="agent-sandbox-io-"))
+        fds: list[int] = []
         try:
+            fds.append(compiled_filter_fd())
+            bwrap = [self._bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+                     "--unshare-uts", "--unshare-cgroup-try", "--disable-userns", "--die-with-parent",
+                     "--new-session", "--cap-drop", "ALL", "--clearenv", "--hostname", "sandbox",
+                     *interpreter_binds, "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
+                     "--size", str(lim.scratch_bytes), "--perms", "0755", "--tmpfs", SCRATCH]
             for name, content in files.items():
-                (scratch / name).write_text(content)
-            return self._run(scratch, io_dir, cgroup, prefix, self_unshare, script, args, stdin, lim)
+                if "/" in name or name in ("", ".", ".."):
+                    raise ValueError(f"not a plain file name: {name!r}")
+                fds.append(_memfd(name, content.encode()))
+                bwrap += ["--ro-bind-data", str(fds[-1]), f"{SCRATCH}/{name}"]
+            bwrap += ["--remount-ro", "/", "--chdir", SCRATCH, "--seccomp", str(fds[0])]
+            return self._run(bwrap, fds, io_dir, cgroup, python, script, args, stdin, lim, as_root)
         finally:
+            for fd in fds:
+                os.close(fd)
             if cgroup is not None:
                 cgroup.remove()
-            shutil.rmtree(scratch, ignore_errors=True)
             shutil.rmtree(io_dir, ignore_errors=True)
 
     def _run(
-        self, scratch: Path, io_dir: Path, cgroup: PidsCgroup | None, prefix: list[str], self_unshare: bool,
-        script: str, args: Sequence[str], stdin: str, lim: Limits,
+        self, bwrap: list[str], fds: list[int], io_dir: Path, cgroup: SandboxCgroup | None, python: str,
+        script: str, args: Sequence[str], stdin: str, lim: Limits, as_root: bool,
     ) -> SandboxResult:
         status_r, status_w = os.pipe()
-        spec = {
-            "status_fd": status_w,
-            "cgroup_procs": str(cgroup.procs_file) if cgroup else None,
-            "unshare": self_unshare,
-            "parent_ns": {ns: os.readlink(f"/proc/self/ns/{ns}") for ns in ("net", "mnt")},
-            "scratch": str(scratch),
-            "hide": [h for h in self._hide if not str(scratch).startswith(h.rstrip("/") + "/")],
-            "limits": {
-                "cpu": (lim.cpu_seconds, lim.cpu_seconds + 1),
-                "as": (lim.memory_bytes, lim.memory_bytes),
-                "fsize": (lim.file_bytes, lim.file_bytes),
-                "nproc": (lim.processes, lim.processes),
-                "nofile": (lim.open_files, lim.open_files),
-                "core": (0, 0),
-            },
-            "env": {"PATH": "/usr/bin:/bin", "HOME": str(scratch), "TMPDIR": str(scratch), "LANG": "C.UTF-8"},
+        enforced = cgroup.controllers if cgroup else frozenset()
+        limits = {
+            "cpu": (lim.cpu_seconds, lim.cpu_seconds + 1),
+            "as": (lim.memory_bytes, lim.memory_bytes),
+            "fsize": (lim.file_bytes, lim.file_bytes),
+            "nofile": (lim.open_files, lim.open_files),
+            "core": (0, 0),
         }
-        target = [self._python, "-I", "-S", str(scratch / script), *args]
-        argv = [*prefix, self._python, "-I", "-S", str(BOOT), json.dumps(spec), "--", *target]
+        if "pids" not in enforced:
+            limits["nproc"] = (lim.processes, lim.processes)
+        spec = {
+            "cgroup_procs": [str(p) for p in cgroup.procs_files] if cgroup else [],
+            "limits": limits,
+            "drop_to": list(self._sandbox_ids) if as_root else None,
+            "parent": os.getpid(),
+        }
+        argv = [sys.executable, "-I", "-S", str(BOOT), json.dumps(spec), "--",
+                *bwrap, "--json-status-fd", str(status_w), "--", python, "-I", "-S", f"{SCRATCH}/{script}", *args]
         (io_dir / "stdin").write_text(stdin)
         started = time.monotonic()
         with (io_dir / "stdin").open("rb") as fin, (io_dir / "out").open("wb") as fout, \
                 (io_dir / "err").open("wb") as ferr:
             try:
-                proc = subprocess.Popen(
-                    argv, cwd=scratch, stdin=fin, stdout=fout, stderr=ferr, env={}, pass_fds=(status_w,),
-                    start_new_session=True,
-                )
+                proc = subprocess.Popen(argv, cwd="/", stdin=fin, stdout=fout, stderr=ferr, env={},
+                                        pass_fds=(*fds, status_w), start_new_session=True)
             finally:
                 os.close(status_w)
             timed_out = False
@@ -195,19 +283,20 @@ class SubprocessSandbox:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         duration = time.monotonic() - started
+        oom = cgroup.oom_killed() if cgroup else False
         if cgroup is not None:
             cgroup.kill_all()
         with os.fdopen(status_r, "rb") as f:
-            status_lines = f.read().decode().split()
+            status = _json_documents(f.read().decode("utf-8", "replace"))
         stdout, cut_out = _read_capped(io_dir / "out", lim.output_bytes)
         stderr, cut_err = _read_capped(io_dir / "err", lim.output_bytes)
-        if "ready" not in status_lines:
-            raise SandboxUnavailable(f"isolation failed (exit {proc.returncode}): {stderr.strip()[-500:]}")
-        if timed_out or "status" not in status_lines:
-            # No status: the boot process died with the run (the timeout, or a kill from outside).
+        truncated = cut_out or cut_err
+        if "child-pid" not in status or (status.get("exit-code") == 1 and stderr.startswith("bwrap: ")):
+            raise SandboxUnavailable(f"the sandbox could not start (exit {proc.returncode}): {stderr.strip()[-500:]}")
+        if timed_out or "exit-code" not in status:
+            # No exit code: bwrap died with the run (the timeout, or a kill from outside).
             return SandboxResult(None, timed_out, "timeout" if timed_out else "signal:SIGKILL", stdout, stderr,
-                                 cut_out or cut_err, duration)
-        status = int(status_lines[status_lines.index("status") + 1])
-        exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-        return SandboxResult(exit_code, False, _killed_by(status, stderr), stdout, stderr, cut_out or cut_err, duration)
-
+                                 truncated, duration)
+        code = int(status["exit-code"])  # type: ignore[call-overload]
+        exit_code = None if 128 < code <= 128 + 64 else code
+        return SandboxResult(exit_code, False, _killed_by(code, stderr, oom), stdout, stderr, truncated, duration)

@@ -1,13 +1,12 @@
-"""The sandbox's first process, run as `python -I -S sandbox_boot.py SPEC_JSON -- ARGV...`.
+"""The sandbox's first process, run as `python -I -S sandbox_boot.py SPEC_JSON -- BWRAP_ARGV...`.
 
-Kept to the standard library and free of imports from this project: it runs before isolation is
-in place. In order, it joins the pids cgroup (a fork bomb's ceiling: RLIMIT_NPROC does not bind
-root), enters new network and mount namespaces when asked (`os.unshare`, Python 3.12+; otherwise
-the parent started it under the `unshare` tool), checks that both differ from the parent's, makes
-every mount read-only except the scratch dir, sets the rlimits, and only then reports "ready" on
-the status pipe. It then runs the target as its child and reports the child's raw wait status on
-the same pipe, so the parent can tell the target's own exit code from a failed start and from a
-signal, whatever namespace tools sit in between.
+Kept to the standard library and free of imports from this project. It does what must happen
+before bubblewrap starts and that bubblewrap does not do: join the run's cgroups (only root can
+write their member lists), set the rlimits, and, when it runs as root, drop to the sandbox's
+unprivileged uid and gid with no supplementary groups (so the user namespace bubblewrap creates maps
+to that uid, not to root) and check that root cannot be regained. Then `no_new_privs` and a
+parent-death SIGKILL (a gateway killed while the sandbox starts leaves nothing behind), and it
+execs bubblewrap in its place. Any failure exits with REFUSED before anything of the run starts.
 """
 
 from __future__ import annotations
@@ -19,6 +18,8 @@ import resource
 import sys
 
 REFUSED = 97  # isolation could not be set up: the target never ran
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+SIGKILL = 9
 
 _LIMITS = {
     "cpu": resource.RLIMIT_CPU,
@@ -32,97 +33,47 @@ _LIMITS = {
 
 def _refuse(message: str) -> None:
     sys.stderr.write(f"sandbox: {message}\n")
-    sys.exit(REFUSED)
+    sys.stderr.flush()
+    os._exit(REFUSED)
 
 
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
-_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
-_KEPT_FLAGS = {"nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC}
-
-
-def _mount(libc: ctypes.CDLL, source: str | None, target: str, flags: int) -> None:
-    src = source.encode() if source else None
-    if libc.mount(src, target.encode(), None, ctypes.c_ulong(flags), None) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount {target}: {os.strerror(err)}")
-
-
-def _read_only_except(scratch: str) -> None:
-    """In this (new, private) mount namespace: every mount read-only, except the scratch dir."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    _mount(libc, None, "/", _MS_REC | _MS_PRIVATE)
-    _mount(libc, scratch, scratch, _MS_BIND)
-    with open("/proc/self/mounts") as f:
-        mounts = [line.split() for line in f]
-    for fields in mounts:
-        target = fields[1].replace("\\040", " ")
-        if target == scratch:
-            continue
-        kept = sum(flag for name, flag in _KEPT_FLAGS.items() if name in fields[3].split(","))
-        _mount(libc, None, target, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | kept)
-    os.chdir(scratch)  # the old cwd is the directory under the bind mount, now read-only
-
-
-def _hide(paths: list[str]) -> None:
-    """An empty, read-only tmpfs over each directory the code must not read."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for path in paths:
-        if os.path.isdir(path):
-            if libc.mount(b"tmpfs", path.encode(), b"tmpfs", ctypes.c_ulong(_MS_RDONLY | _MS_NOSUID | _MS_NODEV),
-                          b"size=4k,mode=555") != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"mount tmpfs on {path}: {os.strerror(err)}")
-
-
-def _isolate(spec: dict[str, object]) -> None:
-    cgroup = spec.get("cgroup_procs")
-    if cgroup:
-        try:
-            with open(str(cgroup), "w") as f:
-                f.write("0")  # "0" is this process, whatever PID namespace it sees
-        except OSError as exc:
-            _refuse(f"cannot join the pids cgroup: {exc}")
-    if spec.get("unshare"):
-        try:
-            os.unshare(os.CLONE_NEWNET | os.CLONE_NEWNS)  # type: ignore[attr-defined]
-        except (AttributeError, OSError) as exc:
-            _refuse(f"cannot enter new network and mount namespaces: {exc}")
-    for ns in ("net", "mnt"):
-        if os.readlink(f"/proc/self/ns/{ns}") == spec["parent_ns"][ns]:  # type: ignore[index]
-            _refuse(f"still in the parent's {ns} namespace")
+def _drop_to(uid: int, gid: int) -> None:
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or os.getgroups():
+        _refuse("the privilege drop did not take")
     try:
-        _read_only_except(str(spec["scratch"]))
-        _hide([str(p) for p in spec.get("hide") or ()])  # type: ignore[union-attr]
-    except OSError as exc:
-        _refuse(f"cannot make the file system read-only: {exc}")
-    for name, value in dict(spec["limits"]).items():  # type: ignore[call-overload]
-        soft, hard = value
-        resource.setrlimit(_LIMITS[name], (soft, hard))
+        os.setuid(0)
+    except PermissionError:
+        return
+    _refuse("root could be regained after the privilege drop")
 
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
-    target = sys.argv[sys.argv.index("--") + 1 :]
-    status_fd = int(spec["status_fd"])
-    os.set_inheritable(status_fd, False)  # the target never sees the status pipe
-    _isolate(spec)
-    os.write(status_fd, b"ready\n")
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.execve(target[0], target, dict(spec["env"]))
-        finally:
-            os._exit(127)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except ChildProcessError:
-            status = 127 << 8
-            break
-        except InterruptedError:
-            continue
-    os.write(status_fd, f"status {status}\n".encode())
+    argv = sys.argv[sys.argv.index("--") + 1 :]
+    try:
+        for procs in spec.get("cgroup_procs") or ():
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+        for name, (soft, hard) in dict(spec["limits"]).items():
+            resource.setrlimit(_LIMITS[name], (soft, hard))
+        drop = spec.get("drop_to")
+        if drop is not None:
+            _drop_to(int(drop[0]), int(drop[1]))
+        elif os.geteuid() == 0:
+            _refuse("running as root without a uid to drop to")
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            _refuse(f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())}")
+        # Die with the gateway from here on (a credential change clears this, so after the drop;
+        # exec keeps it), and not start at all if the gateway died before this line.
+        if libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 or os.getppid() != int(spec["parent"]):
+            _refuse("the gateway is gone")
+        os.execve(argv[0], argv, {})
+    except OSError as exc:
+        _refuse(f"{type(exc).__name__}: {exc}")
 
 
 if __name__ == "__main__":

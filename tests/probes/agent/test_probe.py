@@ -135,3 +135,13 @@ def test_compare_applies_the_hard_rule_only_with_enough_attempts() -> None:
     assert compare(10, 20, {"passes": 18, "attempts": 20}, settings)["demote"]
     assert not compare(15, 20, {"passes": 18, "attempts": 20}, settings)["demote"]
     assert not compare(1, 5, {"passes": 18, "attempts": 20}, settings)["demote"]
+
+
+async def test_reports_unavailable_and_runs_nothing_without_bubblewrap(tmp_path: Any) -> None:
+    from probes.agent.sandbox import SubprocessSandbox
+
+    sandbox = SubprocessSandbox(bwrap=str(tmp_path / "no-bwrap"))
+    (task,) = tasks_named(["roman"])
+    result = await AgentProbe(sandbox, [task]).run(context(SolvingClient("p/m")))
+    # Inconclusive, not "error": a host without the sandbox is not the endpoint's fault.
+    assert result.verdict == "inconclusive" and "bwrap" in (result.details or {})["unavailable"]
