@@ -1,11 +1,14 @@
 """Runs a task's checks against a solution inside the sandbox (standard library only; copied into
-the scratch dir and run as `python -I -S _runner.py SOLUTION_MODULE CHECKS_MODULE`).
+the scratch dir and run as `python -I -S _runner.py SOLUTION_MODULE`).
 
-It reads a nonce from stdin before importing anything of the solution's, so a line the solution
-prints cannot pass for a result. A checks module defines `smoke(m)`, `behaviour_*(m)` and `test_*(m)`,
-each taking the imported solution module, run in definition order with a time limit each. Each
-result is printed as soon as it is known (`<nonce> {json}`), so a run killed half way still
-reports what it got to.
+Its stdin is a nonce line, then the checks' source, read to the end before anything of the
+solution's is imported: the checks are never a file in the sandbox and never a module in
+`sys.modules`, and they are compiled only after the solution's import has run, into a module object
+of their own, so the solution cannot read, replace or patch them beforehand; a line the solution
+prints cannot pass for a result without the nonce. A checks module defines `smoke(m)`,
+`behaviour_*(m)` and `test_*(m)`, each taking the imported solution module, run in definition order
+with a time limit each. Each result is printed as soon as it is known (`<nonce> {json}`), so a run
+killed half way still reports what it got to.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import signal
 import sys
 import time
 import traceback
+import types
 
 CHECK_SECONDS = 5.0
 KINDS = (("smoke", "smoke"), ("behaviour_", "behaviour"), ("test_", "test"))
@@ -50,8 +54,10 @@ def _timed(fn: object, *args: object) -> tuple[bool, str | None, float]:
 
 def main() -> None:
     nonce = sys.stdin.readline().strip()
-    solution_name, checks_name = sys.argv[1], sys.argv[2]
+    checks_source = sys.stdin.read()
+    solution_name = sys.argv[1]
     sys.path.insert(0, os.getcwd())
+    compile_, exec_ = compile, exec  # taken before the solution could swap the builtins
     signal.signal(signal.SIGALRM, _on_alarm)
     out = sys.stdout
 
@@ -59,12 +65,13 @@ def main() -> None:
         out.write(f"{nonce} {json.dumps(record)}\n")
         out.flush()
 
-    checks = importlib.import_module(checks_name)
     holder: dict[str, object] = {}
     ok, error, seconds = _timed(lambda: holder.update(module=importlib.import_module(solution_name)))
     emit({"name": "import", "kind": "import", "ok": ok, "error": error, "seconds": round(seconds, 4)})
     if not ok:
         return
+    checks = types.ModuleType("hidden_checks")
+    exec_(compile_(checks_source, "<checks>", "exec"), vars(checks))
     for name, fn in list(vars(checks).items()):
         kind = next((k for prefix, k in KINDS if name.startswith(prefix)), None)
         if kind is None or not callable(fn):

@@ -1,7 +1,7 @@
 """The sandbox's fake: runs nothing, answers from a script, and records what it was asked.
 
 `FakeSandbox.reporting(...)` answers the way `check_runner` would, echoing the nonce it reads from
-stdin, so graders' callers (the agent loop, the probe) can be tested without a subprocess.
+the first line of stdin, so graders' callers (the agent loop, the probe) can be tested without a subprocess.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class FakeSandbox:
         """Every run reports these (name, kind, ok) check results, as the check runner prints them."""
 
         def handler(call: SandboxCall) -> SandboxResult:
-            nonce = call.stdin.strip()
+            nonce = call.stdin.split("\n", 1)[0].strip()
             records = [{"name": "import", "kind": "import", "ok": True, "error": None}]
             records += [{"name": n, "kind": k, "ok": ok, "error": None if ok else "AssertionError"} for n, k, ok in checks]
             if done:

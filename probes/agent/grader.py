@@ -19,7 +19,6 @@ from probes.agent.tasks.base import Task
 
 Stage = Literal["file", "parse", "static", "run", "behaviour", "tests", "passed"]
 RUNNER = "_runner.py"
-CHECKS = "_checks"
 MAX_TOOL_OUTPUT = 2000
 
 
@@ -69,9 +68,10 @@ def run_checks(task: Task, source: str, kind: str, sandbox: Sandbox) -> tuple[li
     files = {
         task.filename: source,
         RUNNER: resources.files("probes.agent").joinpath("check_runner.py").read_text(),
-        f"{CHECKS}.py": task.checks_source(kind),
     }
-    result = sandbox.run(files, RUNNER, args=(task.module, CHECKS), stdin=nonce + "\n", limits=task.limits)
+    # The checks travel on stdin, after the nonce: never a file the solution could open or shadow.
+    stdin = nonce + "\n" + task.checks_source(kind)
+    result = sandbox.run(files, RUNNER, args=(task.module,), stdin=stdin, limits=task.limits)
     checks = []
     for line in result.stdout.splitlines():
         if line.startswith(nonce + " "):

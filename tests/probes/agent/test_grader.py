@@ -144,3 +144,28 @@ def test_hidden_checks_are_not_the_visible_ones() -> None:
     for task in builtin_tasks():
         assert task.checks_source("hidden") != task.checks_source("visible")
         assert "behaviour_" in task.checks_source("hidden")
+
+
+FORGER = '''import sys
+checks = sys.modules.get("_checks")
+if checks is not None:
+    for name in list(vars(checks)):
+        if name.startswith(("smoke", "behaviour_", "test_")):
+            setattr(checks, name, lambda m: None)
+sys.modules["_checks"] = type(sys)("_checks")
+
+
+def to_roman(n):
+    return "wrong"
+
+
+def from_roman(s):
+    return 0
+'''
+
+
+def test_solution_cannot_replace_the_hidden_checks(sandbox: SubprocessSandbox) -> None:
+    (task,) = tasks_named(["roman"])
+    result = _grade(task, FORGER, sandbox)
+    assert not result.passed and result.stage == "behaviour" and "converts_to_roman" in (result.reason or "")
+    assert result.tests_total > 0 and result.tests_passed == 0

@@ -97,7 +97,9 @@ async def test_stops_after_max_steps() -> None:
     assert "0 of 1 checks passed" in tool_messages(client.requests[-1])[-1]
     assert run.grade is not None and not run.passed
     assert [c.script for c in sandbox.calls] == ["_runner.py"] * 4  # three run_tests and the grader
-    assert "roman_hidden" not in str(sandbox.calls[0].files) and "behaviour_" in sandbox.calls[-1].files["_checks.py"]
+    # The checks travel on stdin (never as a file): the visible ones for run_tests, the hidden for grading.
+    assert "behaviour_" not in sandbox.calls[0].stdin and "behaviour_" in sandbox.calls[-1].stdin
+    assert not any("check" in name for c in sandbox.calls for name in c.files if name != "_runner.py")
 
 
 async def test_several_calls_in_one_turn_are_all_answered() -> None:
