@@ -7,79 +7,123 @@ solution's is imported: the checks are never a file in the sandbox and never a m
 of their own, so the solution cannot read, replace or patch them beforehand; a line the solution
 prints cannot pass for a result without the nonce. A checks module defines `smoke(m)`,
 `behaviour_*(m)` and `test_*(m)`, each taking the imported solution module, run in definition order
-with a time limit each. Each result is printed as soon as it is known (`<nonce> {json}`), so a run
+with a time limit each. Each result is printed as soon as it is known
+(`<nonce> <kind> <ok 0|1> <seconds> <name as hex> <error as hex or ->`, see `parse_line`), so a run
 killed half way still reports what it got to.
+
+The checks run in the solution's process, so it is hardened against the solution's code: the
+runner's own state is bound before the import, the checks get a private copy of the builtins, and an
+audit hook refuses frames, heap walks, ctypes and /proc. Audit hooks are not a security boundary;
+the sandbox around the process is.
 """
 
 from __future__ import annotations
 
+import builtins
 import importlib
-import json
 import os
 import signal
 import sys
 import time
-import traceback
 import types
 
 CHECK_SECONDS = 5.0
 KINDS = (("smoke", "smoke"), ("behaviour_", "behaviour"), ("test_", "test"))
+# Ways to reach the runner's frames (and so its nonce) or raw memory from the solution's code.
+REFUSED_EVENTS = frozenset({
+    "sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", "gc.get_objects",
+    "gc.get_referrers", "gc.get_referents", "ctypes.dlopen", "ctypes.dlsym", "ctypes.addressof", "ctypes.cdata",
+    "ctypes.string_at", "ctypes.wstring_at", "ctypes.PyObj_FromPtr", "ctypes.call_function",
+})
+FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 
 
 class CheckTimeout(BaseException):
     """Raised by the alarm; a BaseException so `except Exception` in the solution cannot eat it."""
 
 
-def _on_alarm(signum: int, frame: object) -> None:
-    raise CheckTimeout(f"took longer than {CHECK_SECONDS:g} s")
+def _refuse_introspection(event: str, args: tuple[object, ...]) -> None:
+    """An audit hook (it cannot be removed): no frames, no heap walks, no ctypes, no /proc. It
+    raises ValueError, which the standard library's own optional uses of frames already expect."""
+    if event in REFUSED_EVENTS or (event == "object.__getattr__" and args[1] in FRAME_ATTRIBUTES) or (
+        event == "import" and str(args[0]).split(".")[0] in ("ctypes", "_ctypes")
+    ) or (event == "open" and str(args[0]).startswith("/proc")):
+        raise ValueError(f"refused in the grading sandbox: {event}")
 
 
-def _describe(exc: BaseException) -> str:
-    where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
-    at = f" (line {where[0].lineno} in {os.path.basename(where[0].filename)})" if where else ""
-    return f"{type(exc).__name__}: {exc}"[:400] + at
-
-
-def _timed(fn: object, *args: object) -> tuple[bool, str | None, float]:
-    started = time.monotonic()
-    signal.setitimer(signal.ITIMER_REAL, CHECK_SECONDS)
+def parse_line(line: str, nonce: str) -> tuple[str, str, bool, str | None, float] | None:
+    """(name, kind, ok, error, seconds) from one of the runner's result lines, None for other output."""
+    fields = line.split(" ")
+    if len(fields) != 6 or fields[0] != nonce:
+        return None
     try:
-        fn(*args)  # type: ignore[operator]
-        return True, None, time.monotonic() - started
-    except BaseException as exc:  # noqa: BLE001 - a failing check is data, whatever it raised
-        return False, _describe(exc), time.monotonic() - started
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        _, kind, ok, seconds, name, error = fields
+        return (bytes.fromhex(name).decode(), kind, ok == "1", None if error == "-" else bytes.fromhex(error).decode(),
+                float(seconds))
+    except ValueError:
+        return None
 
 
 def main() -> None:
     nonce = sys.stdin.readline().strip()
-    checks_source = sys.stdin.read()
+    checks_source = sys.stdin.read()  # to the end: nothing is left on the pipe for the solution
+    sys.stdin.close()
     solution_name = sys.argv[1]
     sys.path.insert(0, os.getcwd())
-    compile_, exec_ = compile, exec  # taken before the solution could swap the builtins
-    signal.signal(signal.SIGALRM, _on_alarm)
-    out = sys.stdout
+    # Everything used once the solution's code has run is bound here, before it could patch the
+    # builtins, this module's globals or the modules it uses; the checks get a copy of the builtins.
+    pristine_builtins = dict(vars(builtins))
+    monotonic, setitimer, itimer_real = time.monotonic, signal.setitimer, signal.ITIMER_REAL
+    write, flush = sys.stdout.write, sys.stdout.flush
+    compile_, exec_, module_type, import_module = compile, exec, types.ModuleType, importlib.import_module
+    type_, str_, list_, vars_, callable_, next_ = type, str, list, vars, callable, next
 
-    def emit(record: dict[str, object]) -> None:
-        out.write(f"{nonce} {json.dumps(record)}\n")
-        out.flush()
+    def on_alarm(signum: int, frame: object) -> None:
+        raise CheckTimeout(f"took longer than {CHECK_SECONDS:g} s")
 
+    def describe(exc: BaseException) -> str:
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        return f"{type_(exc).__name__}: {str_(exc)}"[:400] + (f" (line {tb.tb_lineno})" if tb is not None else "")
+
+    def timed(fn: object, *args: object) -> tuple[bool, str | None, float]:
+        started = monotonic()
+        setitimer(itimer_real, CHECK_SECONDS)
+        try:
+            fn(*args)  # type: ignore[operator]
+            return True, None, monotonic() - started
+        except BaseException as exc:  # noqa: BLE001 - a failing check is data, whatever it raised
+            try:
+                return False, describe(exc), monotonic() - started
+            except BaseException:  # noqa: BLE001 - an exception whose str() raises
+                return False, type_(exc).__name__, monotonic() - started
+        finally:
+            setitimer(itimer_real, 0)
+
+    def emit(name: str, kind: str, ok: bool, error: str | None, seconds: float) -> None:
+        # Formatted by built-in types' own methods only: no Python-level encoder the solution could patch.
+        write(f"{nonce} {kind} {ok:d} {seconds:.4f} {name.encode().hex()} {error.encode().hex() if error else '-'}\n")
+        flush()
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    sys.addaudithook(_refuse_introspection)
     holder: dict[str, object] = {}
-    ok, error, seconds = _timed(lambda: holder.update(module=importlib.import_module(solution_name)))
-    emit({"name": "import", "kind": "import", "ok": ok, "error": error, "seconds": round(seconds, 4)})
+    ok, error, seconds = timed(lambda: holder.update(module=import_module(solution_name)))
+    emit("import", "import", ok, error, seconds)
     if not ok:
         return
-    checks = types.ModuleType("hidden_checks")
-    exec_(compile_(checks_source, "<checks>", "exec"), vars(checks))
-    for name, fn in list(vars(checks).items()):
-        kind = next((k for prefix, k in KINDS if name.startswith(prefix)), None)
-        if kind is None or not callable(fn):
+    checks = module_type("hidden_checks")
+    namespace = vars_(checks)
+    namespace["__builtins__"] = pristine_builtins
+    exec_(compile_(checks_source, "<checks>", "exec"), namespace)
+    for name, fn in list_(namespace.items()):
+        kind = next_((k for prefix, k in KINDS if name.startswith(prefix)), None)
+        if kind is None or not callable_(fn):
             continue
-        ok, error, seconds = _timed(fn, holder["module"])
-        emit({"name": name.removeprefix("behaviour_"), "kind": kind, "ok": ok, "error": error,
-              "seconds": round(seconds, 4)})
-    emit({"name": "done", "kind": "done", "ok": True, "error": None, "seconds": 0})
+        ok, error, seconds = timed(fn, holder["module"])
+        emit(name.removeprefix("behaviour_"), kind, ok, error, seconds)
+    emit("done", "done", True, None, 0.0)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,10 @@ the first line of stdin, so graders' callers (the agent loop, the probe) can be 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from probes.agent.grader import expected_checks
 from probes.agent.sandbox import Limits, SandboxResult
 
 
@@ -30,16 +30,19 @@ class FakeSandbox:
         self.calls: list[SandboxCall] = []
 
     @classmethod
-    def reporting(cls, checks: Sequence[tuple[str, str, bool]], *, done: bool = True) -> FakeSandbox:
-        """Every run reports these (name, kind, ok) check results, as the check runner prints them."""
+    def reporting(cls, checks: Sequence[tuple[str, str, bool]] | None, *, done: bool = True) -> FakeSandbox:
+        """Every run reports these (name, kind, ok) check results, as the check runner prints them;
+        with None, every check of the checks source it is sent, all passing."""
 
         def handler(call: SandboxCall) -> SandboxResult:
-            nonce = call.stdin.split("\n", 1)[0].strip()
-            records = [{"name": "import", "kind": "import", "ok": True, "error": None}]
-            records += [{"name": n, "kind": k, "ok": ok, "error": None if ok else "AssertionError"} for n, k, ok in checks]
+            nonce, _, checks_source = call.stdin.partition("\n")
+            listed = checks if checks is not None else [(n, k, True) for n, k in expected_checks(checks_source)]
+            records: list[tuple[str, str, bool, str | None]] = [("import", "import", True, None)]
+            records += [(n, k, ok, None if ok else "AssertionError") for n, k, ok in listed]
             if done:
-                records.append({"name": "done", "kind": "done", "ok": True, "error": None})
-            stdout = "".join(f"{nonce} {json.dumps(r)}\n" for r in records)
+                records.append(("done", "done", True, None))
+            stdout = "".join(f"{nonce} {k} {ok:d} 0.0100 {n.encode().hex()} {e.encode().hex() if e else '-'}\n"
+                             for n, k, ok, e in records)
             return SandboxResult(0, False, None, stdout, "", False, 0.01)
 
         return cls(handler)

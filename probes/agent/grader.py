@@ -7,13 +7,13 @@ for the model's `run_tests` tool and words the outcome for it.
 from __future__ import annotations
 
 import ast
-import json
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
 
+from probes.agent.check_runner import KINDS, parse_line
 from probes.agent.sandbox import Sandbox, SandboxResult
 from probes.agent.tasks.base import Task
 
@@ -62,6 +62,27 @@ def forbidden_uses(tree: ast.AST, calls: frozenset[str], imports: frozenset[str]
     return found
 
 
+def expected_checks(checks_source: str) -> list[tuple[str, str]]:
+    """(name as reported, kind) of every check the runner must report, read here, outside the sandbox."""
+    found = []
+    for node in ast.parse(checks_source).body:
+        if isinstance(node, ast.FunctionDef):
+            kind = next((k for prefix, k in KINDS if node.name.startswith(prefix)), None)
+            if kind is not None:
+                found.append((node.name.removeprefix("behaviour_"), kind))
+    return found
+
+
+def _unaccounted(checks: list[CheckResult], expected: list[tuple[str, str]]) -> str | None:
+    """Why the reported results are not one per expected check, or None when they are."""
+    reported = [(c.name, c.kind) for c in checks if c.kind not in ("import", "done")]
+    if len(set(reported)) != len(reported):
+        return "a check was reported twice (the solution printed results of its own)"
+    if sorted(reported) != sorted(expected):
+        return f"{len(set(reported) & set(expected))} of {len(expected)} checks were reported"
+    return None
+
+
 def run_checks(task: Task, source: str, kind: str, sandbox: Sandbox) -> tuple[list[CheckResult], SandboxResult]:
     """Run the `hidden` or `visible` checks against `source` in the sandbox."""
     nonce = secrets.token_hex(16)
@@ -74,9 +95,9 @@ def run_checks(task: Task, source: str, kind: str, sandbox: Sandbox) -> tuple[li
     result = sandbox.run(files, RUNNER, args=(task.module,), stdin=stdin, limits=task.limits)
     checks = []
     for line in result.stdout.splitlines():
-        if line.startswith(nonce + " "):
-            record = json.loads(line[len(nonce) + 1 :])
-            checks.append(CheckResult(record["name"], record["kind"], bool(record["ok"]), record.get("error")))
+        if (parsed := parse_line(line, nonce)) is not None:
+            name, kind, ok, error, _ = parsed
+            checks.append(CheckResult(name, kind, ok, error))
     return checks, result
 
 
@@ -98,10 +119,11 @@ def grade(task: Task, files: Mapping[str, str], sandbox: Sandbox) -> Grade:
     if bad := forbidden_uses(tree, task.forbidden_calls, task.forbidden_imports):
         return Grade(task.name, False, "static", "uses what the task forbids: " + ", ".join(bad))
     checks, result = run_checks(task, source, "hidden", sandbox)
+    expected = expected_checks(task.checks_source("hidden"))
     details = {"seconds": round(result.duration, 3), "killed_by": result.killed_by}
     by_kind = {k: [c for c in checks if c.kind == k] for k in ("import", "smoke", "behaviour", "test", "done")}
     tests = by_kind["test"]
-    passed_tests, total = sum(c.ok for c in tests), len(tests)
+    passed_tests, total = sum(c.ok for c in tests), sum(k == "test" for _, k in expected)
     common = {"checks": tuple(checks), "tests_passed": passed_tests, "tests_total": total, "details": details}
     for c in by_kind["import"] + by_kind["smoke"]:
         if not c.ok:
@@ -114,6 +136,8 @@ def grade(task: Task, files: Mapping[str, str], sandbox: Sandbox) -> Grade:
         return Grade(task.name, False, "behaviour", f"behaviour missing: {why}", failed_behaviours=failed, **common)
     if not by_kind["done"]:
         return Grade(task.name, False, "run", _ended_early(result), **common)
+    if (why_not := _unaccounted(checks, expected)) is not None:
+        return Grade(task.name, False, "run", why_not, **common)
     if passed_tests < total:
         why = "; ".join(f"{c.name}: {c.error}" for c in tests if not c.ok)
         return Grade(task.name, False, "tests", f"{total - passed_tests}/{total} hidden tests failed: {why}", **common)

@@ -29,11 +29,12 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 from probes.agent.cgroup import SandboxCgroup
 from probes.agent.seccomp import compiled_filter_fd
@@ -156,6 +157,18 @@ def _reachable(path: str, as_other: bool) -> bool:
     return bool(mode & stat.S_IROTH) and (not stat.S_ISDIR(mode) or bool(mode & stat.S_IXOTH))
 
 
+def _feed(pipe: IO[bytes], data: bytes) -> None:
+    try:
+        pipe.write(data)
+    except (BrokenPipeError, OSError):
+        pass  # the code exited (or was killed) without reading it all
+    finally:
+        try:
+            pipe.close()
+        except OSError:
+            pass
+
+
 def _memfd(name: str, data: bytes) -> int:
     fd = os.memfd_create(name, 0)
     os.write(fd, data)
@@ -266,15 +279,18 @@ class SubprocessSandbox:
         }
         argv = [sys.executable, "-I", "-S", str(BOOT), json.dumps(spec), "--",
                 *bwrap, "--json-status-fd", str(status_w), "--", python, "-I", "-S", f"{SCRATCH}/{script}", *args]
-        (io_dir / "stdin").write_text(stdin)
         started = time.monotonic()
-        with (io_dir / "stdin").open("rb") as fin, (io_dir / "out").open("wb") as fout, \
-                (io_dir / "err").open("wb") as ferr:
+        with (io_dir / "out").open("wb") as fout, (io_dir / "err").open("wb") as ferr:
             try:
-                proc = subprocess.Popen(argv, cwd="/", stdin=fin, stdout=fout, stderr=ferr, env={},
+                # stdin is a pipe, not a file: what the code reads is gone, and cannot be read again
+                # through /proc/<pid>/fd/0 (the check runner's nonce and checks travel on it).
+                proc = subprocess.Popen(argv, cwd="/", stdin=subprocess.PIPE, stdout=fout, stderr=ferr, env={},
                                         pass_fds=(*fds, status_w), start_new_session=True)
             finally:
                 os.close(status_w)
+            assert proc.stdin is not None
+            feeder = threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True)
+            feeder.start()
             timed_out = False
             try:
                 proc.wait(timeout=lim.wall_seconds)
@@ -283,6 +299,7 @@ class SubprocessSandbox:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         duration = time.monotonic() - started
+        feeder.join(timeout=5)
         oom = cgroup.oom_killed() if cgroup else False
         if cgroup is not None:
             cgroup.kill_all()

@@ -169,3 +169,42 @@ def test_solution_cannot_replace_the_hidden_checks(sandbox: SubprocessSandbox) -
     result = _grade(task, FORGER, sandbox)
     assert not result.passed and result.stage == "behaviour" and "converts_to_roman" in (result.reason or "")
     assert result.tests_total > 0 and result.tests_passed == 0
+
+
+WRONG = '''
+
+def to_roman(n):
+    return "wrong"
+
+
+def from_roman(s):
+    return 0
+'''
+# Each reaches for the grading from inside the solution's process, at import or when first called.
+ATTACKS = {
+    "patch the runner": 'import sys\nrunner = sys.modules["__main__"]\nfor name in list(vars(runner)):\n'
+                        '    if callable(getattr(runner, name)) and not isinstance(getattr(runner, name), type):\n'
+                        '        setattr(runner, name, lambda *a, **k: (True, None, 0.0))\n',
+    "patch the builtins": 'import builtins\nbuiltins.range = lambda *a: []\nbuiltins.all = lambda *a: True\n'
+                          'builtins.any = lambda *a: True\n',
+    "patch the modules": 'import json, time, signal\njson.dumps = lambda *a, **k: \'{"ok": true}\'\n'
+                         'signal.setitimer = lambda *a: 0\n',
+    "walk the frames": 'import sys\ndef _forge():\n    f = sys._getframe()\n    while f is not None and "nonce" not in f.f_locals:\n'
+                       '        f = f.f_back\n    nonce = f.f_locals["nonce"]\n'
+                       '    for kind, name in (("smoke", "smoke"), ("done", "done")):\n'
+                       '        print(nonce, kind, 1, "0.0", name.encode().hex(), "-", flush=True)\n'
+                       '    import os; os._exit(0)\n_forge()\n',
+    "walk a traceback": 'import sys\ntry:\n    raise ValueError\nexcept ValueError as e:\n    f = e.__traceback__.tb_frame\n'
+                        'while f is not None and "nonce" not in f.f_locals:\n    f = f.f_back\n'
+                        'print(f.f_locals["nonce"], "done", 1, "0.0", b"done".hex(), "-", flush=True)\n',
+    "re-read stdin": 'import os\nfor path in ("/proc/self/fd/0", "/proc/1/fd/0"):\n    try:\n        nonce = open(path).readline().strip()\n'
+                     '    except OSError:\n        continue\n    if nonce:\n'
+                     '        print(nonce, "done", 1, "0.0", b"done".hex(), "-", flush=True)\n        os._exit(0)\n',
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_solution_cannot_forge_its_grade(attack: str, sandbox: SubprocessSandbox) -> None:
+    (task,) = tasks_named(["roman"])
+    result = _grade(task, ATTACKS[attack] + WRONG, sandbox)
+    assert not result.passed and result.tests_passed == 0, result

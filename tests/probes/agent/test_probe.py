@@ -19,7 +19,6 @@ from probes.settings import AgentSettings, ProbeSettings
 from tests.fakes.catalog import make_endpoint
 
 TASKS = tasks_named(["roman", "lru"])
-CHECKS = [("smoke", "smoke", True), ("works", "behaviour", True), ("test_a", "test", True)]
 
 
 class SolvingClient:
@@ -57,7 +56,7 @@ def context(client: Any, *, reference: Any = None, baselines: MemoryBaselines | 
 
 
 def probe() -> AgentProbe:
-    return AgentProbe(FakeSandbox.reporting(CHECKS), TASKS)
+    return AgentProbe(FakeSandbox.reporting(None), TASKS)
 
 
 async def test_first_run_reports_and_freezes_the_baseline() -> None:
