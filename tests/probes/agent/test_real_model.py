@@ -1,12 +1,17 @@
 """The agent loop against the real local model (SmolLM2-135M on llama.cpp's server, started the way
 the gateway starts it): the protocol completes within a small K. It is not expected to pass the
-task; the test asserts protocol facts only."""
+task; the test asserts protocol facts only.
+
+Its timeouts come from the engine's speed measured on this machine, now: a busy 2-core box can be
+ten times slower than an idle one, and a fixed guess either flakes there or waits forever here."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -15,7 +20,9 @@ import pytest
 from gateway.config import EngineConfig
 from probes.agent.loop import LoopConfig, run_agent
 from probes.agent.sandbox import SubprocessSandbox
+from probes.agent.loop import SYSTEM
 from probes.agent.tasks import tasks_named
+from probes.agent.tools import TOOLS
 from probes.budget import ProbeBudget
 from probes.client import ProbeClient
 from providers.engines.commands import llamacpp_command
@@ -30,11 +37,59 @@ MODEL = "smollm2-135m-instruct"
 # Two steps hold a whole tool round trip. A third could run for minutes: with tool_choice "auto"
 # llama.cpp's function-calling handler ignores max_tokens, and SmolLM2 sometimes fills the context.
 STEPS = 2
+N_CTX = 4096
+# Loading SmolLM2 takes seconds; this only bounds a start that never comes (its speed is unknown yet).
+START_DEADLINE_S = 300.0
+# Slack on the measured speed: the machine's load changes between the measurement and the steps.
+SLACK = 4.0
+
+
+@dataclass(frozen=True)
+class EngineSpeed:
+    prompt_s_per_token: float
+    decode_s_per_token: float
+
+    def worst_step_s(self) -> float:
+        """One step at its worst: the whole context, prompt and answer, each token at the slower rate
+        (llama.cpp's tool-call handler may ignore max_tokens and decode to the end of the context)."""
+        return SLACK * N_CTX * max(self.prompt_s_per_token, self.decode_s_per_token) + 10.0
+
+
+def _timed_completion(url: str, messages: list[dict[str, str]], max_tokens: int) -> tuple[float, int, int]:
+    started = time.monotonic()
+    body = {"model": MODEL, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
+    # A calibration request's own bound: the engine answered /v1/models, so only a hung engine reaches it.
+    usage = httpx.post(url + "/chat/completions", json=body, timeout=600).raise_for_status().json()["usage"]
+    return time.monotonic() - started, int(usage["prompt_tokens"]), int(usage["completion_tokens"])
+
+
+def measure_speed(url: str) -> EngineSpeed:
+    """After a warm-up: a first-turn-sized prompt for one token (ingestion), then a short prompt that
+    makes the model count (decoding). Decoding is never taken as faster than ingestion."""
+    (task,) = tasks_named(["roman"])
+    first_turn = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.prompt + json.dumps(TOOLS)}]
+    _timed_completion(url, [{"role": "user", "content": "Hi"}], 1)
+    seconds, prompt_tokens, _ = _timed_completion(url, first_turn, 1)
+    prompt_s = seconds / max(prompt_tokens, 1)
+    seconds, prompt_tokens, decoded = _timed_completion(
+        url, [{"role": "user", "content": "Count from 1 to 100, separated by spaces."}], 64)
+    decode_s = max(seconds - prompt_tokens * prompt_s, 0.0) / max(decoded, 1)
+    return EngineSpeed(prompt_s, max(decode_s, prompt_s))
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if the engine is still busy with a long generation: never an error on top."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.fixture(scope="module")
 def engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    cfg = EngineConfig(served_model_name=MODEL, n_ctx=4096, n_threads=1, prefix_cache=False)
+    cfg = EngineConfig(served_model_name=MODEL, n_ctx=N_CTX, n_threads=1, prefix_cache=False)
     port = free_port()
     log = tmp_path_factory.mktemp("agent-engine") / "engine.log"
     with log.open("wb") as out:
@@ -42,7 +97,7 @@ def engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                                 cwd=REPO_ROOT, env=child_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
         try:
             url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + START_DEADLINE_S
             while True:
                 try:
                     if httpx.get(url + "/v1/models", timeout=1).status_code == 200:
@@ -53,17 +108,24 @@ def engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 time.sleep(0.1)
             yield url + "/v1"
         finally:
-            proc.terminate()
-            proc.wait(20)
+            stop(proc)
+
+
+@pytest.fixture(scope="module")
+def engine_speed(engine_url: str) -> EngineSpeed:
+    return measure_speed(engine_url)
 
 
 @pytest.fixture
-async def client(engine_url: str) -> AsyncIterator[ProbeClient]:
+async def client(engine_url: str, engine_speed: EngineSpeed) -> AsyncIterator[ProbeClient]:
     http = AiohttpClient()
     endpoint = make_endpoint("local/smollm2", model=MODEL, base_url=engine_url, adapter=LlamaCppAdapter())
     budget = ProbeBudget(requests_per_day=100, tokens_per_day=0, clock=time.time)
+    step = engine_speed.worst_step_s()
+    print(f"\nengine speed: {1 / engine_speed.prompt_s_per_token:.0f} prompt tok/s, "
+          f"{1 / engine_speed.decode_s_per_token:.1f} decode tok/s; step timeout {step:.0f} s")
     try:
-        yield ProbeClient(endpoint, http, Timeouts(connect=2, first_byte=120, between_chunks=120, total=120), budget)
+        yield ProbeClient(endpoint, http, Timeouts(connect=10, first_byte=step, between_chunks=step, total=step), budget)
     finally:
         await http.aclose()
 
