@@ -12,15 +12,18 @@ with a time limit each. Each result is printed as soon as it is known
 killed half way still reports what it got to.
 
 The checks run in the solution's process, so it is hardened against the solution's code: the
-runner's own state is bound before the import, the checks get a private copy of the builtins, and an
-audit hook refuses frames, heap walks, ctypes and /proc. Audit hooks are not a security boundary;
+runner's own state is bound before the import, the checks get a private copy of the builtins and of
+the modules they import, and an audit hook refuses frames, heap walks, ctypes and /proc. Checks
+hand the solution no Python-level object of their own (its `__globals__` would be the checks'). Audit hooks are not a security boundary;
 the sandbox around the process is.
 """
 
 from __future__ import annotations
 
+import ast
 import builtins
 import importlib
+import importlib.util
 import os
 import signal
 import sys
@@ -51,6 +54,26 @@ def _refuse_introspection(event: str, args: tuple[object, ...]) -> None:
         raise ValueError(f"refused in the grading sandbox: {event}")
 
 
+def _private_modules(checks_source: str) -> dict[str, types.ModuleType]:
+    """Fresh copies of the modules the checks import, made before the solution runs and kept out of
+    `sys.modules`, so a solution that patches `random` or `collections` does not patch the checks'."""
+    names = set()
+    for node in ast.parse(checks_source).body:
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    private = {}
+    for name in sorted(names):
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"the checks import {name!r}, which is not there")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        private[name] = module
+    return private
+
+
 def parse_line(line: str, nonce: str) -> tuple[str, str, bool, str | None, float] | None:
     """(name, kind, ok, error, seconds) from one of the runner's result lines, None for other output."""
     fields = line.split(" ")
@@ -73,6 +96,15 @@ def main() -> None:
     # Everything used once the solution's code has run is bound here, before it could patch the
     # builtins, this module's globals or the modules it uses; the checks get a copy of the builtins.
     pristine_builtins = dict(vars(builtins))
+    private = _private_modules(checks_source)
+
+    def checks_import(name: str, globals: object = None, locals: object = None, fromlist: object = (),
+                      level: int = 0) -> types.ModuleType:
+        if level == 0 and name in private:
+            return private[name]
+        raise ImportError(f"the checks may import only {sorted(private)}")
+
+    pristine_builtins["__import__"] = checks_import
     monotonic, setitimer, itimer_real = time.monotonic, signal.setitimer, signal.ITIMER_REAL
     write, flush = sys.stdout.write, sys.stdout.flush
     compile_, exec_, module_type, import_module = compile, exec, types.ModuleType, importlib.import_module

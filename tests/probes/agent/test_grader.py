@@ -208,3 +208,36 @@ def test_solution_cannot_forge_its_grade(attack: str, sandbox: SubprocessSandbox
     (task,) = tasks_named(["roman"])
     result = _grade(task, ATTACKS[attack] + WRONG, sandbox)
     assert not result.passed and result.tests_passed == 0, result
+
+
+GLOBALS_THIEF = '''
+class TokenBucket:
+    def __init__(self, rate, capacity, clock):
+        # Through an object the checks handed over, reach their globals and patch a helper.
+        for attr in ("__call__", "__init__"):
+            g = getattr(getattr(type(clock), attr, None), "__globals__", None)
+            if g is not None and "_close" in g:
+                g["_close"] = lambda a, b: True
+        self.clock = clock
+
+    def allow(self, cost=1.0):
+        return False
+
+    def available(self):
+        return 0.0
+'''
+
+
+def test_solution_cannot_reach_the_checks_globals(sandbox: SubprocessSandbox) -> None:
+    (task,) = tasks_named(["rate_limiter"])
+    result = _grade(task, GLOBALS_THIEF, sandbox)
+    assert not result.passed and result.tests_passed == 0, result
+
+
+def test_checks_do_not_use_modules_the_solution_patched(sandbox: SubprocessSandbox) -> None:
+    # A correct solution that sabotages the modules the hidden checks import: the checks still pass it.
+    (task,) = tasks_named(["lru"])
+    saboteur = solution("lru") + ("\n\nimport random as _random, collections as _collections\n"
+                                  "_random.Random = None\n_collections.OrderedDict = dict\n")
+    result = _grade(task, saboteur, sandbox)
+    assert result.passed, result.reason

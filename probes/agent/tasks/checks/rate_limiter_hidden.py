@@ -1,12 +1,15 @@
 """Hidden checks for rate_limiter.py."""
 
+import functools
+import types
 
-class Clock:
-    def __init__(self, now=100.0):
-        self.now = now
 
-    def __call__(self):
-        return self.now
+def _clock(now=100.0):
+    """A clock the test moves by setting `.now`. What the solution gets is a partial of the builtin
+    getattr: calling it reads the time, and it holds no function of these checks (a method's
+    `__globals__` would hand the solution this module)."""
+    state = types.SimpleNamespace(now=now)
+    return state, functools.partial(getattr, state, "now")
 
 
 def _close(a, b):
@@ -14,22 +17,22 @@ def _close(a, b):
 
 
 def smoke(m):
-    clock = Clock()
-    bucket = m.TokenBucket(5.0, 10.0, clock)
+    clock, now = _clock()
+    bucket = m.TokenBucket(5.0, 10.0, now)
     for i in range(20000):
         clock.now += 0.01
         bucket.allow(1.0 + (i % 3))
 
 
 def behaviour_limits(m):
-    bucket = m.TokenBucket(1.0, 3.0, Clock())
+    bucket = m.TokenBucket(1.0, 3.0, _clock()[1])
     got = [bucket.allow() for _ in range(5)]
     assert got == [True, True, True, False, False], got
 
 
 def behaviour_refills(m):
-    clock = Clock()
-    bucket = m.TokenBucket(2.0, 3.0, clock)
+    clock, now = _clock()
+    bucket = m.TokenBucket(2.0, 3.0, now)
     for _ in range(3):
         bucket.allow()
     clock.now += 1.0
@@ -38,20 +41,20 @@ def behaviour_refills(m):
 
 
 def behaviour_caps_at_capacity(m):
-    clock = Clock()
-    bucket = m.TokenBucket(1.0, 2.0, clock)
+    clock, now = _clock()
+    bucket = m.TokenBucket(1.0, 2.0, now)
     clock.now += 1000.0
     got = [bucket.allow() for _ in range(3)]
     assert got == [True, True, False], got
 
 
 def test_starts_full(m):
-    assert _close(m.TokenBucket(1.0, 4.0, Clock()).available(), 4.0)
+    assert _close(m.TokenBucket(1.0, 4.0, _clock()[1]).available(), 4.0)
 
 
 def test_fractional_refill(m):
-    clock = Clock()
-    bucket = m.TokenBucket(4.0, 10.0, clock)
+    clock, now = _clock()
+    bucket = m.TokenBucket(4.0, 10.0, now)
     assert bucket.allow(10.0)
     clock.now += 0.125
     assert _close(bucket.available(), 0.5), bucket.available()
@@ -61,25 +64,25 @@ def test_fractional_refill(m):
 
 
 def test_denial_keeps_tokens(m):
-    bucket = m.TokenBucket(1.0, 5.0, Clock())
+    bucket = m.TokenBucket(1.0, 5.0, _clock()[1])
     assert not bucket.allow(6.0)
     assert _close(bucket.available(), 5.0) and bucket.allow(5.0)
 
 
 def test_cost(m):
-    bucket = m.TokenBucket(1.0, 5.0, Clock())
+    bucket = m.TokenBucket(1.0, 5.0, _clock()[1])
     assert bucket.allow(2.5) and bucket.allow(2.5) and not bucket.allow(0.5)
 
 
 def test_validation(m):
-    clock = Clock()
+    clock, now = _clock()
     for args in ((0.0, 1.0), (-1.0, 1.0), (1.0, 0.0), (1.0, -2.0)):
         try:
-            m.TokenBucket(args[0], args[1], clock)
+            m.TokenBucket(args[0], args[1], now)
         except ValueError:
             continue
         raise AssertionError(f"TokenBucket{args} was accepted")
-    bucket = m.TokenBucket(1.0, 1.0, clock)
+    bucket = m.TokenBucket(1.0, 1.0, now)
     for cost in (0.0, -1.0):
         try:
             bucket.allow(cost)
@@ -89,8 +92,8 @@ def test_validation(m):
 
 
 def test_uses_injected_clock(m):
-    clock = Clock(now=5.0)
-    bucket = m.TokenBucket(1.0, 1.0, clock)
+    clock, now = _clock(now=5.0)
+    bucket = m.TokenBucket(1.0, 1.0, now)
     assert bucket.allow()
     assert not bucket.allow()  # the injected clock has not moved, whatever the real time does
     clock.now = 6.0
