@@ -1,4 +1,4 @@
-"""A stand-in gateway process for the escape tests: `python -I -S gateway_harness.py REPO SITE_PACKAGES`
+"""A stand-in gateway process for the escape tests: `python -I -S gateway_harness.py CODE_DIR LIBS_DIR`
 reads a JSON request on stdin, runs it through the real sandbox (or grader), and prints the outcome
 as one JSON line. The tests start it as root or as an unprivileged user, with secrets in its
 environment and a hidden directory as its working directory, as a deployed gateway would have.
@@ -11,7 +11,7 @@ import sys
 
 
 def main() -> None:
-    sys.path[:0] = [sys.argv[1], sys.argv[2]]
+    sys.path[:0] = list(dict.fromkeys(sys.argv[1:3]))
     from probes.agent.grader import grade
     from probes.agent.sandbox import Limits, SandboxUnavailable, SubprocessSandbox
     from probes.agent.tasks import tasks_named

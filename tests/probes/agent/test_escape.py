@@ -41,11 +41,13 @@ class Gateway:
     gid: int
     python: str
     home: Path  # the gateway's hidden working directory, with a secret file in it
+    install: Path  # where its code is: the repository, or a copy that user can read
     started: list[subprocess.Popen[str]]
 
     def start(self, request: dict[str, Any]) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
-            [self.python, "-I", "-S", str(HARNESS), str(REPO), SITE], cwd=self.home, text=True,
+            [self.python, "-I", "-S", str(self.install / HARNESS.name), str(self.install), str(self.install)],
+            cwd=self.home, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env={"GW_ADMIN_KEY": SECRET, "DATABASE_URL": f"postgresql://gw:{SECRET}@db/gw", "PATH": "/usr/bin:/bin"},
             **({} if self.uid == os.geteuid() else {"user": self.uid, "group": self.gid, "extra_groups": []}),
@@ -81,6 +83,17 @@ def _ensure_test_user() -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
+def _install_for(into: Path) -> Path:
+    """The gateway's code where any user can read it: the repository (and its virtualenv) may sit
+    under a 0700 home. The harness needs `probes` and `pyseccomp` only."""
+    shutil.copytree(REPO / "probes", into / "probes", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(Path(SITE) / "pyseccomp.py", into / "pyseccomp.py")
+    shutil.copy(HARNESS, into / HARNESS.name)
+    for path in (into, *into.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return into
+
+
 def _python_for(uid: int) -> str:
     """This interpreter where that user can run it, else the system's (a root-only pyenv, say)."""
     if uid == os.geteuid():
@@ -104,16 +117,19 @@ def gateway_kind(request: pytest.FixtureRequest) -> Iterator[Gateway]:
     (home / "config-secret.yaml").write_text(f"admin_key: {SECRET}\n")
     os.chown(home, uid, gid)
     os.chown(home / "config-secret.yaml", uid, gid)
+    install = Path(tempfile.mkdtemp(prefix="gw-install-"))
     try:
-        yield Gateway(request.param, uid, gid, _python_for(uid), home, [])
+        yield Gateway(request.param, uid, gid, _python_for(uid), home, _install_for(install), [])
     finally:
         shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(install, ignore_errors=True)
 
 
 @pytest.fixture
 def gateway(gateway_kind: Gateway) -> Iterator[Gateway]:
     """The kind of gateway, with every process a test started stopped after it."""
-    gw = Gateway(gateway_kind.name, gateway_kind.uid, gateway_kind.gid, gateway_kind.python, gateway_kind.home, [])
+    gw = Gateway(gateway_kind.name, gateway_kind.uid, gateway_kind.gid, gateway_kind.python, gateway_kind.home,
+                 gateway_kind.install, [])
     try:
         yield gw
     finally:
