@@ -20,6 +20,10 @@ from pathlib import Path
 
 CONTROLLERS = ("pids", "memory", "cpu")
 CPU_PERIOD_US = 100_000
+PREFIX = "agent-sandbox-"
+# A run's directory older than this and empty was left by a gateway that was killed: nobody else
+# will remove it. (The kernel refuses to remove one that still has members.)
+STALE_AFTER_S = 300.0
 
 
 def _mounts() -> list[tuple[str, str, set[str]]]:
@@ -63,7 +67,7 @@ class SandboxCgroup:
 
     @classmethod
     def create(cls, max_pids: int, memory_bytes: int, cpu_cores: float) -> SandboxCgroup | None:
-        name = f"agent-sandbox-{uuid.uuid4().hex[:12]}"
+        name = f"{PREFIX}{uuid.uuid4().hex[:12]}"
         own = _own_paths()
         dirs: dict[str, Path] = {}
         for mountpoint, fstype, options in _mounts():
@@ -162,8 +166,18 @@ class SandboxCgroup:
 
 
 def _mkdir(path: Path) -> bool:
+    _sweep_stale(path.parent)
     try:
         path.mkdir()
         return True
     except OSError:
         return False
+
+
+def _sweep_stale(parent: Path) -> None:
+    now = time.time()
+    with contextlib.suppress(OSError):
+        for d in parent.glob(PREFIX + "*"):
+            with contextlib.suppress(OSError):
+                if now - d.stat().st_mtime > STALE_AFTER_S:
+                    d.rmdir()

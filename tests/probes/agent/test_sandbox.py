@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from probes.agent import cgroup as cgroup_module
 from probes.agent import sandbox as sandbox_module
 from probes.agent.cgroup import SandboxCgroup
 from probes.agent.sandbox import Limits, SandboxUnavailable, SubprocessSandbox
@@ -280,3 +281,19 @@ def test_memory_limit_covers_every_process_of_the_run() -> None:
     result = run(code, Limits(wall_seconds=20.0, memory_bytes=256 * 1024 * 1024, processes=16))
     statuses = eval(result.stdout) if result.stdout.strip() else None
     assert result.killed_by == "memory" or (statuses is not None and any(s != 0 for s in statuses)), result
+
+
+def test_a_killed_gateways_cgroup_is_swept_later() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only root makes cgroups here")
+    leftover = SandboxCgroup.create(4, 1 << 28, 1.0)  # a run whose gateway died before removing it
+    assert leftover is not None
+    old = time.time() - cgroup_module.STALE_AFTER_S - 1
+    for d in leftover.dirs.values():
+        os.utime(d, (old, old))
+    fresh = SandboxCgroup.create(4, 1 << 28, 1.0)
+    assert fresh is not None
+    try:
+        assert all(not d.exists() for d in leftover.dirs.values())
+    finally:
+        fresh.remove()
