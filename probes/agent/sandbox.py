@@ -121,9 +121,9 @@ def _killed_by(exit_code: int, stderr: str, oom: bool) -> str | None:
     return None
 
 
-def _read_capped(path: Path, cap: int) -> tuple[str, bool]:
-    with path.open("rb") as f:
-        data = f.read(cap + 1)
+def _read_capped(f: IO[bytes], cap: int) -> tuple[str, bool]:
+    f.seek(0)
+    data = f.read(cap + 1)
     return data[:cap].decode("utf-8", "replace"), len(data) > cap
 
 
@@ -233,7 +233,6 @@ class SubprocessSandbox:
         as_root = os.geteuid() == 0
         python, interpreter_binds = self._interpreter(as_other=as_root)
         cgroup = SandboxCgroup.create(lim.processes, lim.memory_bytes, lim.cpu_cores)
-        io_dir = Path(tempfile.mkdtemp(prefix="agent-sandbox-io-"))
         fds: list[int] = []
         try:
             fds.append(compiled_filter_fd())
@@ -248,16 +247,15 @@ class SubprocessSandbox:
                 fds.append(_memfd(name, content.encode()))
                 bwrap += ["--ro-bind-data", str(fds[-1]), f"{SCRATCH}/{name}"]
             bwrap += ["--remount-ro", "/", "--chdir", SCRATCH, "--seccomp", str(fds[0])]
-            return self._run(bwrap, fds, io_dir, cgroup, python, script, args, stdin, lim, as_root)
+            return self._run(bwrap, fds, cgroup, python, script, args, stdin, lim, as_root)
         finally:
             for fd in fds:
                 os.close(fd)
             if cgroup is not None:
                 cgroup.remove()
-            shutil.rmtree(io_dir, ignore_errors=True)
 
     def _run(
-        self, bwrap: list[str], fds: list[int], io_dir: Path, cgroup: SandboxCgroup | None, python: str,
+        self, bwrap: list[str], fds: list[int], cgroup: SandboxCgroup | None, python: str,
         script: str, args: Sequence[str], stdin: str, lim: Limits, as_root: bool,
     ) -> SandboxResult:
         status_r, status_w = os.pipe()
@@ -280,7 +278,8 @@ class SubprocessSandbox:
         argv = [sys.executable, "-I", "-S", str(BOOT), json.dumps(spec), "--",
                 *bwrap, "--json-status-fd", str(status_w), "--", python, "-I", "-S", f"{SCRATCH}/{script}", *args]
         started = time.monotonic()
-        with (io_dir / "out").open("wb") as fout, (io_dir / "err").open("wb") as ferr:
+        # Unnamed files: nothing is left on the host if the gateway is killed mid-run.
+        with tempfile.TemporaryFile() as fout, tempfile.TemporaryFile() as ferr:
             try:
                 # stdin is a pipe, not a file: what the code reads is gone, and cannot be read again
                 # through /proc/<pid>/fd/0 (the check runner's nonce and checks travel on it).
@@ -298,15 +297,15 @@ class SubprocessSandbox:
                 timed_out = True
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-        duration = time.monotonic() - started
-        feeder.join(timeout=5)
-        oom = cgroup.oom_killed() if cgroup else False
-        if cgroup is not None:
-            cgroup.kill_all()
+            duration = time.monotonic() - started
+            feeder.join(timeout=5)
+            oom = cgroup.oom_killed() if cgroup else False
+            if cgroup is not None:
+                cgroup.kill_all()
+            stdout, cut_out = _read_capped(fout, lim.output_bytes)
+            stderr, cut_err = _read_capped(ferr, lim.output_bytes)
         with os.fdopen(status_r, "rb") as f:
             status = _json_documents(f.read().decode("utf-8", "replace"))
-        stdout, cut_out = _read_capped(io_dir / "out", lim.output_bytes)
-        stderr, cut_err = _read_capped(io_dir / "err", lim.output_bytes)
         truncated = cut_out or cut_err
         if "child-pid" not in status or (status.get("exit-code") == 1 and stderr.startswith("bwrap: ")):
             raise SandboxUnavailable(f"the sandbox could not start (exit {proc.returncode}): {stderr.strip()[-500:]}")
