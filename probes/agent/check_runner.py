@@ -29,6 +29,7 @@ import signal
 import sys
 import time
 import types
+from collections.abc import Callable
 
 CHECK_SECONDS = 5.0
 KINDS = (("smoke", "smoke"), ("behaviour_", "behaviour"), ("test_", "test"))
@@ -45,13 +46,19 @@ class CheckTimeout(BaseException):
     """Raised by the alarm; a BaseException so `except Exception` in the solution cannot eat it."""
 
 
-def _refuse_introspection(event: str, args: tuple[object, ...]) -> None:
+def _introspection_refuser() -> Callable[[str, tuple[object, ...]], None]:
     """An audit hook (it cannot be removed): no frames, no heap walks, no ctypes, no /proc. It
-    raises ValueError, which the standard library's own optional uses of frames already expect."""
-    if event in REFUSED_EVENTS or (event == "object.__getattr__" and args[1] in FRAME_ATTRIBUTES) or (
-        event == "import" and str(args[0]).split(".")[0] in ("ctypes", "_ctypes")
-    ) or (event == "open" and str(args[0]).startswith("/proc")):
-        raise ValueError(f"refused in the grading sandbox: {event}")
+    raises ValueError, which the standard library's own optional uses of frames already expect.
+    What it reads is bound now, so patching this module's globals later does not switch it off."""
+    refused, frame_attributes, str_, value_error = REFUSED_EVENTS, FRAME_ATTRIBUTES, str, ValueError
+
+    def hook(event: str, args: tuple[object, ...]) -> None:
+        if event in refused or (event == "object.__getattr__" and args[1] in frame_attributes) or (
+            event == "import" and str_(args[0]).split(".")[0] in ("ctypes", "_ctypes")
+        ) or (event == "open" and str_(args[0]).startswith("/proc")):
+            raise value_error(f"refused in the grading sandbox: {event}")
+
+    return hook
 
 
 def _private_modules(checks_source: str) -> dict[str, types.ModuleType]:
@@ -109,9 +116,10 @@ def main() -> None:
     write, flush = sys.stdout.write, sys.stdout.flush
     compile_, exec_, module_type, import_module = compile, exec, types.ModuleType, importlib.import_module
     type_, str_, list_, vars_, callable_, next_ = type, str, list, vars, callable, next
+    kinds, check_seconds, check_timeout = KINDS, CHECK_SECONDS, CheckTimeout
 
     def on_alarm(signum: int, frame: object) -> None:
-        raise CheckTimeout(f"took longer than {CHECK_SECONDS:g} s")
+        raise check_timeout(f"took longer than {check_seconds:g} s")
 
     def describe(exc: BaseException) -> str:
         tb = exc.__traceback__
@@ -121,7 +129,7 @@ def main() -> None:
 
     def timed(fn: object, *args: object) -> tuple[bool, str | None, float]:
         started = monotonic()
-        setitimer(itimer_real, CHECK_SECONDS)
+        setitimer(itimer_real, check_seconds)
         try:
             fn(*args)  # type: ignore[operator]
             return True, None, monotonic() - started
@@ -139,7 +147,7 @@ def main() -> None:
         flush()
 
     signal.signal(signal.SIGALRM, on_alarm)
-    sys.addaudithook(_refuse_introspection)
+    sys.addaudithook(_introspection_refuser())
     holder: dict[str, object] = {}
     ok, error, seconds = timed(lambda: holder.update(module=import_module(solution_name)))
     emit("import", "import", ok, error, seconds)
@@ -150,7 +158,7 @@ def main() -> None:
     namespace["__builtins__"] = pristine_builtins
     exec_(compile_(checks_source, "<checks>", "exec"), namespace)
     for name, fn in list_(namespace.items()):
-        kind = next_((k for prefix, k in KINDS if name.startswith(prefix)), None)
+        kind = next_((k for prefix, k in kinds if name.startswith(prefix)), None)
         if kind is None or not callable_(fn):
             continue
         ok, error, seconds = timed(fn, holder["module"])

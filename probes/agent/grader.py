@@ -76,6 +76,8 @@ def expected_checks(checks_source: str) -> list[tuple[str, str]]:
 def _unaccounted(checks: list[CheckResult], expected: list[tuple[str, str]]) -> str | None:
     """Why the reported results are not one per expected check, or None when they are."""
     reported = [(c.name, c.kind) for c in checks if c.kind not in ("import", "done")]
+    if [c.kind for c in checks].count("import") != 1 or [c.kind for c in checks].count("done") != 1:
+        return "the import and the end of the run were not reported once each"
     if len(set(reported)) != len(reported):
         return "a check was reported twice (the solution printed results of its own)"
     if sorted(reported) != sorted(expected):

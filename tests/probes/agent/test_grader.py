@@ -180,6 +180,19 @@ def to_roman(n):
 def from_roman(s):
     return 0
 '''
+# From the runner's frame: the nonce and the checks' source, then a passing line for every check.
+FORGE_FROM_FRAMES = (
+    'def _forge(f):\n'
+    '    import os, re\n'
+    '    while f is not None and "nonce" not in f.f_locals:\n'
+    '        f = f.f_back\n'
+    '    nonce, source = f.f_locals["nonce"], f.f_locals["checks_source"]\n'
+    '    for name in re.findall(r"^def (smoke|behaviour_\\w+|test_\\w+)", source, re.M):\n'
+    '        kind = "smoke" if name == "smoke" else "behaviour" if name.startswith("behaviour_") else "test"\n'
+    '        print(nonce, kind, 1, "0.0", name.removeprefix("behaviour_").encode().hex(), "-", flush=True)\n'
+    '    print(nonce, "done", 1, "0.0", b"done".hex(), "-", flush=True)\n'
+    '    os._exit(0)\n'
+)
 # Each reaches for the grading from inside the solution's process, at import or when first called.
 ATTACKS = {
     "patch the runner": 'import sys\nrunner = sys.modules["__main__"]\nfor name in list(vars(runner)):\n'
@@ -189,14 +202,11 @@ ATTACKS = {
                           'builtins.any = lambda *a: True\n',
     "patch the modules": 'import json, time, signal\njson.dumps = lambda *a, **k: \'{"ok": true}\'\n'
                          'signal.setitimer = lambda *a: 0\n',
-    "walk the frames": 'import sys\ndef _forge():\n    f = sys._getframe()\n    while f is not None and "nonce" not in f.f_locals:\n'
-                       '        f = f.f_back\n    nonce = f.f_locals["nonce"]\n'
-                       '    for kind, name in (("smoke", "smoke"), ("done", "done")):\n'
-                       '        print(nonce, kind, 1, "0.0", name.encode().hex(), "-", flush=True)\n'
-                       '    import os; os._exit(0)\n_forge()\n',
-    "walk a traceback": 'import sys\ntry:\n    raise ValueError\nexcept ValueError as e:\n    f = e.__traceback__.tb_frame\n'
-                        'while f is not None and "nonce" not in f.f_locals:\n    f = f.f_back\n'
-                        'print(f.f_locals["nonce"], "done", 1, "0.0", b"done".hex(), "-", flush=True)\n',
+    "walk the frames": 'import sys\n' + FORGE_FROM_FRAMES + '_forge(sys._getframe())\n',
+    "walk a traceback": 'import sys\n' + FORGE_FROM_FRAMES + 'try:\n    raise ValueError\nexcept ValueError as e:\n'
+                        '    _forge(e.__traceback__.tb_frame)\n',
+    "switch off the hook": 'import sys\nrunner = sys.modules["__main__"]\nrunner.REFUSED_EVENTS = frozenset()\n'
+                           'runner.FRAME_ATTRIBUTES = frozenset()\n' + FORGE_FROM_FRAMES + '_forge(sys._getframe())\n',
     "re-read stdin": 'import os\nfor path in ("/proc/self/fd/0", "/proc/1/fd/0"):\n    try:\n        nonce = open(path).readline().strip()\n'
                      '    except OSError:\n        continue\n    if nonce:\n'
                      '        print(nonce, "done", 1, "0.0", b"done".hex(), "-", flush=True)\n        os._exit(0)\n',
