@@ -104,8 +104,10 @@ class SandboxCgroup:
                 _write(d / "memory.memsw.limit_in_bytes", str(memory_bytes))  # absent without swap accounting
             else:
                 quota = max(1000, int(cpu_cores * CPU_PERIOD_US))
-                ok = (_write(d / "cpu.max", f"{quota} {CPU_PERIOD_US}") if v2
-                      else _write(d / "cpu.cfs_period_us", str(CPU_PERIOD_US)) and _write(d / "cpu.cfs_quota_us", str(quota)))
+                if v2:
+                    ok = _write(d / "cpu.max", f"{quota} {CPU_PERIOD_US}")
+                else:
+                    ok = _write(d / "cpu.cfs_period_us", str(CPU_PERIOD_US)) and _write(d / "cpu.cfs_quota_us", str(quota))
             if not ok:
                 # A controller we cannot set enforces nothing: leave it to the rlimits.
                 self._rmdir_if_unused(controller)

@@ -12,10 +12,11 @@ with a time limit each. Each result is printed as soon as it is known
 killed half way still reports what it got to.
 
 The checks run in the solution's process, so it is hardened against the solution's code: the
-runner's own state is bound before the import, the checks get a private copy of the builtins and of
-the modules they import, and an audit hook refuses frames, heap walks, ctypes and /proc. Checks
-hand the solution no Python-level object of their own (its `__globals__` would be the checks'). Audit hooks are not a security boundary;
-the sandbox around the process is.
+runner's own state is bound before the import; the checks get private copies of the builtins and of
+the modules they import; an audit hook refuses frames, heap walks, ctypes, the signal module (a
+handler gets the interrupted frame) and /proc; the checks hand the solution no Python-level object
+of their own (its `__globals__` would be the checks'). Audit hooks are not a security boundary, and
+this is not one either: the sandbox around the process is.
 """
 
 from __future__ import annotations
@@ -47,14 +48,15 @@ class CheckTimeout(BaseException):
 
 
 def _introspection_refuser() -> Callable[[str, tuple[object, ...]], None]:
-    """An audit hook (it cannot be removed): no frames, no heap walks, no ctypes, no /proc. It
+    """An audit hook (it cannot be removed): no frames, no heap walks, no ctypes, no re-import of
+    the signal module (a handler gets the interrupted frame), no /proc. It
     raises ValueError, which the standard library's own optional uses of frames already expect.
     What it reads is bound now, so patching this module's globals later does not switch it off."""
     refused, frame_attributes, str_, value_error = REFUSED_EVENTS, FRAME_ATTRIBUTES, str, ValueError
 
     def hook(event: str, args: tuple[object, ...]) -> None:
         if event in refused or (event == "object.__getattr__" and args[1] in frame_attributes) or (
-            event == "import" and str_(args[0]).split(".")[0] in ("ctypes", "_ctypes")
+            event == "import" and str_(args[0]).split(".")[0] in ("ctypes", "_ctypes", "signal", "_signal")
         ) or (event == "open" and str_(args[0]).startswith("/proc")):
             raise value_error(f"refused in the grading sandbox: {event}")
 
@@ -147,6 +149,11 @@ def main() -> None:
         flush()
 
     signal.signal(signal.SIGALRM, on_alarm)
+    # A signal handler is called with the interrupted frame, and no audit event says so: the
+    # solution gets no way to set one (the alarm above is the runner's, taken before).
+    for name in ("signal", "_signal"):
+        sys.modules.pop(name, None)
+    globals().pop("signal", None)
     sys.addaudithook(_introspection_refuser())
     holder: dict[str, object] = {}
     ok, error, seconds = timed(lambda: holder.update(module=import_module(solution_name)))

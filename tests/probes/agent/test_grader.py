@@ -187,6 +187,7 @@ FORGE_FROM_FRAMES = (
     '    while f is not None and "nonce" not in f.f_locals:\n'
     '        f = f.f_back\n'
     '    nonce, source = f.f_locals["nonce"], f.f_locals["checks_source"]\n'
+    '    print(nonce, "import", 1, "0.0", b"import".hex(), "-", flush=True)\n'
     '    for name in re.findall(r"^def (smoke|behaviour_\\w+|test_\\w+)", source, re.M):\n'
     '        kind = "smoke" if name == "smoke" else "behaviour" if name.startswith("behaviour_") else "test"\n'
     '        print(nonce, kind, 1, "0.0", name.removeprefix("behaviour_").encode().hex(), "-", flush=True)\n'
@@ -207,6 +208,9 @@ ATTACKS = {
                         '    _forge(e.__traceback__.tb_frame)\n',
     "switch off the hook": 'import sys\nrunner = sys.modules["__main__"]\nrunner.REFUSED_EVENTS = frozenset()\n'
                            'runner.FRAME_ATTRIBUTES = frozenset()\n' + FORGE_FROM_FRAMES + '_forge(sys._getframe())\n',
+    "catch a signal's frame": 'import os, signal\n' + FORGE_FROM_FRAMES +
+                              'signal.signal(signal.SIGUSR1, lambda sig, frame: _forge(frame))\n'
+                              'os.kill(os.getpid(), signal.SIGUSR1)\n',
     "re-read stdin": 'import os\nfor path in ("/proc/self/fd/0", "/proc/1/fd/0"):\n    try:\n        nonce = open(path).readline().strip()\n'
                      '    except OSError:\n        continue\n    if nonce:\n'
                      '        print(nonce, "done", 1, "0.0", b"done".hex(), "-", flush=True)\n        os._exit(0)\n',
