@@ -211,6 +211,12 @@ ATTACKS = {
     "catch a signal's frame": 'import os, signal\n' + FORGE_FROM_FRAMES +
                               'signal.signal(signal.SIGUSR1, lambda sig, frame: _forge(frame))\n'
                               'os.kill(os.getpid(), signal.SIGUSR1)\n',
+    "recreate the signal module": 'import importlib, importlib._bootstrap as boot\n' + FORGE_FROM_FRAMES +
+                                  'for make in (lambda: importlib.import_module("_signal"), '
+                                  'lambda: boot._builtin_from_name("_signal")):\n'
+                                  '    try:\n        s = make()\n        break\n    except Exception:\n        s = None\n'
+                                  'if s is not None:\n    import os\n'
+                                  '    s.signal(s.SIGUSR1, lambda sig, frame: _forge(frame))\n    os.kill(os.getpid(), s.SIGUSR1)\n',
     "re-read stdin": 'import os\nfor path in ("/proc/self/fd/0", "/proc/1/fd/0"):\n    try:\n        nonce = open(path).readline().strip()\n'
                      '    except OSError:\n        continue\n    if nonce:\n'
                      '        print(nonce, "done", 1, "0.0", b"done".hex(), "-", flush=True)\n        os._exit(0)\n',
