@@ -38,6 +38,8 @@ class ServerConfig(_Frozen):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
+    # Request bodies nested deeper than this are a 400 naming the field (JSON writers stop at 255).
+    max_json_depth: int = Field(64, ge=4, le=200)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Fail start-up when no gateway key is configured, instead of serving without auth.
     require_auth: bool = False

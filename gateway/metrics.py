@@ -223,6 +223,7 @@ class PersistenceCollector(Collector):
             ("replayed_records", "Spilled request records replayed into the database.", stats.replayed),
             ("dropped_records", "Request records dropped: queue full and spill file full or failing.", stats.dropped),
             ("rejected_records", "Request records the database refused as data (not retried).", stats.rejected),
+            ("unserialisable_records", "Request records that could not be encoded (dropped).", stats.unserialisable),
             ("write_errors", "Failed database writes (each retried).", stats.write_errors),
         ):
             yield CounterMetricFamily(f"gateway_persistence_{name}", doc, value=value)

@@ -92,7 +92,9 @@ class InferenceEndpoint:
             ctx.response_parts = []
         try:
             ctx.key_name = state.auth.authenticate(_header(scope, b"authorization"))
-            body = validate(self.op, parse_json(await read_body(scope, receive, state.settings.server.max_body_bytes)))
+            server = state.settings.server
+            raw = await read_body(scope, receive, server.max_body_bytes)
+            body = validate(self.op, parse_json(raw), max_depth=server.max_json_depth)
             ctx.body, ctx.model, ctx.stream = body, body["model"], bool(body.get("stream"))
             candidates = resolve(state.catalog, self.op, ctx.model, body)
             assert state.router is not None  # build_state always makes one

@@ -22,7 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gateway.config import PersistenceConfig
-from gateway.persistence.records import Stamped
+import orjson
+
+from gateway.persistence.records import Stamped, encode_row
 from gateway.persistence.spill import SpillFile, SpillFull
 from gateway.persistence.stores import BatchStore
 from gateway.pipeline.account import RequestRecord
@@ -40,6 +42,7 @@ class WriterStats:
     replayed: int = 0
     dropped: int = 0
     rejected: int = 0  # refused by the database as data (logged), never retried
+    unserialisable: int = 0  # could not be encoded at all (logged), dropped, never retried
     write_errors: int = 0
     db_up: bool = True
     last_error: str | None = None
@@ -83,6 +86,10 @@ class RecordQueue:
         """The queue is full: spill, or drop (counted and logged) when the spill file cannot take it."""
         try:
             self._spill.append(*item)
+        except (TypeError, ValueError) as exc:  # orjson cannot encode it: no line to write, ever
+            self._stats.unserialisable += 1
+            log.error("persistence: could not serialise request record %s (%s); dropped", item[1].request_id, exc)
+            return
         except (SpillFull, OSError) as exc:
             self._stats.dropped += 1
             self._dropped_unlogged += 1
@@ -176,6 +183,12 @@ class RecordWriter:
         while batch := self._queue.take(self._cfg.batch_size):
             try:
                 rejected = await self._store.write(batch)
+            except (TypeError, ValueError):
+                batch = self._drop_unserialisable(batch)
+                if batch is None:  # every record encodes: not a serialisation failure
+                    raise
+                self._queue.put_back(batch)  # the rest go in the next round
+                continue
             except BaseException:
                 self._queue.put_back(batch)
                 raise
@@ -192,6 +205,29 @@ class RecordWriter:
         self._count(0, refused, None)
         self._recovered()
         log.info("persistence: replayed %d spilled request record(s)", written)
+
+    def _drop_unserialisable(self, batch: list[Stamped]) -> list[Stamped] | None:
+        """The batch without the records that cannot be encoded (dropped, counted, logged), or None
+        when each of them encodes. Retrying such a record would block every record behind it."""
+        good, bad = [], []
+        for item in batch:
+            try:
+                orjson.dumps(encode_row(*item))
+            except (TypeError, ValueError) as exc:
+                bad.append((item[1].request_id, exc))
+            else:
+                good.append(item)
+        if not bad:
+            self._queue.put_back(batch)
+            return None
+        self.stats.unserialisable += len(bad)
+        log.error(
+            "persistence: could not serialise %d request record(s), e.g. %s (%s); dropped",
+            len(bad),
+            bad[0][0],
+            bad[0][1],
+        )
+        return good
 
     def _count(self, written: int, refused: int, example: str | None) -> None:
         self.stats.written += written

@@ -35,11 +35,49 @@ def parse_json(raw: bytes) -> Body:
     return body
 
 
-def validate(op: Operation, body: Body) -> Body:
+def validate(op: Operation, body: Body, *, max_depth: int = 64) -> Body:
+    _depth(body, max_depth)
     VALIDATORS[op](body)
     if "provider" in body:
         preferences.parse(body["provider"])  # routing preferences: a 400 naming the bad field
     return body
+
+
+# -- nesting depth --------------------------------------------------------------
+# orjson refuses to write JSON deeper than 255 levels, and a deep client schema costs the validator
+# a frame per level: bodies are refused at a configured depth (server.max_json_depth) before any
+# stage sees them.
+
+PARAM_STEPS = 4  # the 400 names the path down to here (``tools[1].function.parameters``)
+
+
+def _too_deep(value: Any, levels_left: int) -> list[str | int] | None:
+    """The path (innermost first) to a container below `levels_left` more levels, or None."""
+    if levels_left <= 0:
+        return []
+    if type(value) is dict:
+        items: Any = value.items()
+    elif type(value) is list:
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        kind = type(item)
+        if kind is dict or kind is list:
+            path = _too_deep(item, levels_left - 1)
+            if path is not None:
+                path.append(key)
+                return path
+    return None
+
+
+def _depth(body: Body, limit: int) -> None:
+    path = _too_deep(body, limit)
+    if path is None:
+        return
+    steps = path[::-1][:PARAM_STEPS]
+    param = "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in steps).lstrip(".")
+    raise _fail(param, f"Invalid '{param}': the value is nested deeper than the limit of {limit} levels.")
 
 
 # -- field checks -------------------------------------------------------------

@@ -156,3 +156,22 @@ def test_the_retention_job_runs_in_the_background(engine: Engine, tmp_path: Path
         wait_for(lambda: count(engine, request_log) == 1)
     with engine.connect() as conn:
         assert conn.execute(select(request_log.c.request_id)).scalar_one() == "new"
+
+
+def test_deep_bodies_are_a_400_that_is_recorded_and_later_records_still_land(engine: Engine, tmp_path: Path) -> None:
+    deep: dict[str, object] = {}
+    for _ in range(299):
+        deep = {"a": deep}
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": deep}}}
+    config = settings(tmp_path, url_of(engine), persistence={"store_bodies": True})
+    with TestClient(create_app(config, client_factory=lambda: MockHTTPClient(answer))) as client:
+        for rid, extra, param in (("deep-tools", {"tools": [tool]}, "tools[0].function.parameters"),
+                                  ("deep-meta", {"metadata": deep}, "metadata.a.a.a")):
+            r = client.post("/v1/chat/completions", json={**CHAT, **extra}, headers={**USER, "x-request-id": rid})
+            assert r.status_code == 400, r.text
+            assert r.json()["error"]["param"] == param and "64" in r.json()["error"]["message"]
+        assert client.post("/v1/chat/completions", json=CHAT, headers={**USER, "x-request-id": "after"}).status_code == 200
+        wait_for(lambda: count(engine, request_log) == 3)
+    with engine.connect() as conn:
+        rows = {r.request_id: r.status for r in conn.execute(select(request_log.c.request_id, request_log.c.status))}
+    assert rows == {"deep-tools": 400, "deep-meta": 400, "after": 200}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway.config import PersistenceConfig
-from gateway.persistence.records import Stamped, encode_line
+from gateway.persistence.records import Stamped, encode_line, encode_row
 from gateway.persistence.spill import SpillFile
 from gateway.persistence.stores import ThreadStore
 from gateway.persistence.writer import RecordQueue, RecordWriter, WriterStats
@@ -188,3 +188,51 @@ async def test_a_refused_record_in_a_replay_is_counted_once(tmp_path: Path) -> N
     assert (stats.written, stats.replayed, stats.rejected) == (0, 2, 1)
     assert store.rows == ["ok1", "ok2"]
     await writer.aclose()
+
+
+def too_deep_record(request_id: str) -> object:
+    body: dict[str, object] = {}
+    for _ in range(300):  # past orjson's 255 levels: it cannot be written as JSON
+        body = {"a": body}
+    bad = record(request_id)
+    bad.request_body = body
+    return bad
+
+
+class SerialisingStore(Store):
+    """Serialises each batch first, as both real stores do (the worker's pipe, the driver's rows)."""
+
+    def write(self, batch: Sequence[Stamped]) -> list[Stamped]:
+        for at, r in batch:
+            encode_row(at, r)
+        return super().write(batch)
+
+
+async def test_a_record_that_cannot_be_serialised_is_dropped_and_counted_and_the_rest_are_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = SerialisingStore()
+    queue, writer, stats, _ = build(tmp_path, store)
+    writer.start()
+    with caplog.at_level(logging.ERROR, logger="gateway.persistence"):
+        queue.submit(record("ok1"))
+        queue.submit(too_deep_record("deep"))  # type: ignore[arg-type]
+        for i in range(12):
+            queue.submit(record(f"after{i}"))
+        await until(lambda: stats.written == 13)
+    assert stats.unserialisable == 1 and stats.write_errors == 0 and stats.db_up
+    assert store.rows == ["ok1", *(f"after{i}" for i in range(12))]
+    assert "could not serialise 1 request record(s)" in caplog.text and "deep" in caplog.text
+    await writer.aclose()
+    assert len(queue) == 0 and not (tmp_path / "spill.jsonl").exists()
+
+
+async def test_an_unserialisable_record_past_the_queue_bound_is_dropped_not_raised(tmp_path: Path) -> None:
+    store = Store()
+    queue, writer, stats, spill = build(tmp_path, store, queue_size=1)
+    queue.submit(record("first"))
+    queue.submit(too_deep_record("deep"))  # type: ignore[arg-type]  # to the spill file: cannot be a line
+    queue.submit(record("spilled"))
+    assert stats.unserialisable == 1 and stats.spilled == 1
+    spill.rotate()
+    assert [r.request_id for b, _ in spill.replay_batches(10) for _, r in b] == ["spilled"]

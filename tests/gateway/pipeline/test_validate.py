@@ -246,3 +246,47 @@ def test_embedding_errors(request_body: dict[str, Any], param: str | None) -> No
 @pytest.mark.parametrize("fmt", ["float", "base64", None])
 def test_embedding_valid(fmt: str | None) -> None:
     validate("embeddings", embedding(input=["a", "b"], encoding_format=fmt, dimensions=8))
+
+
+# -- nesting depth ----------------------------------------------------------------------------
+
+
+def nested(depth: int, leaf: Any = None) -> Any:
+    """An object `depth` levels deep: {"a": {"a": ... leaf}}."""
+    value: Any = leaf if leaf is not None else {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+def deep_tool(depth: int) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": "f", "parameters": nested(depth)}}
+
+
+@pytest.mark.parametrize(
+    ("request_body", "param"),
+    [
+        (chat(tools=[TOOL, deep_tool(300)]), "tools[1].function.parameters"),
+        (chat(metadata=nested(300)), "metadata.a.a.a"),
+        (chat(messages=[USER, {"role": "user", "content": [{"type": "text", "x": nested(300)}]}]), "messages[1].content[0]"),
+        (embedding(input=[[1, 2]], extra=[[[[nested(200)]]]]), "extra[0][0][0]"),
+    ],
+)
+def test_bodies_nested_past_the_limit_name_the_field(request_body: dict[str, Any], param: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        validate("embeddings" if "input" in request_body else "chat", request_body, max_depth=64)
+    assert info.value.status_code == 400
+    assert info.value.param == param
+    assert "64" in info.value.message and param in info.value.message
+
+
+def test_depth_at_the_limit_passes_and_one_more_fails() -> None:
+    # The body is level 1, "metadata"'s object level 2: 63 more levels fit in 64.
+    validate("chat", chat(metadata=nested(63)), max_depth=64)
+    with pytest.raises(InvalidRequest):
+        validate("chat", chat(metadata=nested(64)), max_depth=64)
+    validate("chat", chat(metadata=nested(64)), max_depth=65)
+
+
+def test_wide_flat_bodies_are_not_deep() -> None:
+    validate("embeddings", embedding(input=[[1] * 10 for _ in range(1000)]), max_depth=3)
