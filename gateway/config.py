@@ -94,6 +94,8 @@ class Capabilities(_Frozen):
     # Whether the upstream honours `n` > 1 itself. When False (llama.cpp's server ignores `n`),
     # dispatch fans the request out n times and merges the answers (gateway.pipeline.fanout).
     native_n: bool = True
+    # Without native `n`, each choice is one more upstream request: a larger `n` is a 400.
+    max_fanout_n: int = Field(8, ge=1, le=128)
 
 
 class ProviderConfig(_Frozen):

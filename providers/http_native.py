@@ -220,6 +220,9 @@ class NativeClient:
             except _Expired as exc:
                 conn.close()
                 raise _timeout(exc, endpoint_id, "waiting for the first byte") from None
+            except BaseException:  # cancelled (the client left): closing stops the upstream's work
+                conn.close()
+                raise
             if conn.error is not None:
                 conn.close()
                 raise ProviderConnectError(
@@ -335,6 +338,9 @@ class NativeResponse:
         except _Expired as exc:
             self._release(broken=True)
             raise _timeout(exc, self._endpoint, "reading the response") from None
+        except BaseException:  # cancelled mid-body
+            self._release(broken=True)
+            raise
         if conn.error is not None:
             self._release(broken=True)
             raise ProviderConnectError(

@@ -6,6 +6,8 @@ authenticate -> read + validate -> resolve -> route -> dispatch -> respond/strea
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import orjson
 from starlette.requests import Request
@@ -13,6 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from gateway.catalog import Endpoint
 from gateway.errors import GatewayError, PayloadTooLarge
 from gateway.http.errors import error_body, error_event, error_response
 from gateway.pipeline.context import RequestContext
@@ -23,6 +26,7 @@ from gateway.pipeline.validate import parse_json, validate
 from gateway.state import AppState
 from providers.base import Operation
 
+T = TypeVar("T")
 _JSON = (b"content-type", b"application/json")
 _SSE = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 
@@ -75,6 +79,45 @@ async def _send_error(send: Send, exc: GatewayError, headers: dict[str, str]) ->
     await _send_json(send, exc.status_code, orjson.dumps(error_body(exc)), merged)
 
 
+async def _route_and_dispatch(
+    state: AppState, ctx: RequestContext, candidates: tuple[Endpoint, ...]
+) -> Completed | Streaming:
+    assert state.router is not None  # build_state always makes one
+    ordering = await state.router.route(ctx, candidates)
+    return await state.dispatcher.dispatch(ctx, ordering)
+
+
+async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, T]) -> T:
+    """Run `work`; if the client disconnects first, cancel it (closing its upstream requests, so
+    the upstream stops generating) and raise ClientGone. Streams get their own watcher later."""
+    task = asyncio.current_task()
+    assert task is not None
+    gone = finished = False
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    def on_disconnect(watcher: asyncio.Future[None]) -> None:
+        nonlocal gone
+        if not finished and not watcher.cancelled() and watcher.exception() is None:
+            gone = True
+            task.cancel()
+
+    watcher = asyncio.ensure_future(watch())
+    watcher.add_done_callback(on_disconnect)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if not gone:
+            raise
+        task.uncancel()
+        raise ClientGone from None
+    finally:
+        finished = True
+        watcher.cancel()
+
+
 class InferenceEndpoint:
     """One inference operation as a raw ASGI app: the pipeline stages in order, with no Request or
     Response objects and, for streams, one small task that watches for the client going away
@@ -97,10 +140,11 @@ class InferenceEndpoint:
             body = validate(self.op, parse_json(raw), max_depth=server.max_json_depth)
             ctx.body, ctx.model, ctx.stream = body, body["model"], bool(body.get("stream"))
             candidates = resolve(state.catalog, self.op, ctx.model, body)
-            assert state.router is not None  # build_state always makes one
-            ordering = await state.router.route(ctx, candidates)
-            result = await state.dispatcher.dispatch(ctx, ordering)
+            result = await _until_disconnect(receive, _route_and_dispatch(state, ctx, candidates))
         except ClientGone:
+            if ctx.model:  # it left while upstream work ran: that work was cancelled, and is accounted
+                ctx.status, ctx.error = 499, "ClientDisconnected"
+                state.accountant.record(ctx)
             return
         except GatewayError as exc:
             ctx.status, ctx.error = exc.status_code, type(exc).__name__

@@ -29,6 +29,10 @@ def _requirements(op: Operation, body: dict[str, Any]) -> list[tuple[str, Callab
     needs: list[tuple[str, Callable[[Endpoint], bool]]] = []
     if body.get("tools") and body.get("tool_choice") != "none":
         needs.append(("tools", lambda ep: ep.deployment.capabilities.tools))
+    n = body.get("n")
+    if op != "embeddings" and isinstance(n, int) and n > 1:
+        # Without native `n` every choice is another upstream request: bounded per deployment.
+        needs.append(("n", lambda ep: ep.deployment.capabilities.native_n or n <= ep.deployment.capabilities.max_fanout_n))
     top = _requested_top_logprobs(op, body)
     if top is not None:
         needs.append(("logprobs", lambda ep: ep.deployment.capabilities.logprobs))
@@ -36,6 +40,16 @@ def _requirements(op: Operation, body: dict[str, Any]) -> list[tuple[str, Callab
             param = "top_logprobs" if op == "chat" else "logprobs"
             needs.append((param, lambda ep: ep.deployment.capabilities.max_top_logprobs >= top))
     return needs
+
+
+def _unsupported(model: str, param: str, body: dict[str, Any], candidates: tuple[Endpoint, ...]) -> str:
+    if param == "n":
+        limit = max(ep.deployment.capabilities.max_fanout_n for ep in candidates)
+        return (
+            f"Invalid 'n': {body['n']} choices exceed the limit of {limit} on the deployments of `{model}`, "
+            "which answer one choice per request."
+        )
+    return f"No deployment of `{model}` supports the parameter '{param}' with this value."
 
 
 def resolve(catalog: Catalog, op: Operation, model: str, body: dict[str, Any]) -> tuple[Endpoint, ...]:
@@ -47,8 +61,6 @@ def resolve(catalog: Catalog, op: Operation, model: str, body: dict[str, Any]) -
     for param, supported in _requirements(op, body):
         kept = tuple(ep for ep in candidates if supported(ep))
         if not kept:
-            raise UnsupportedParameter(
-                f"No deployment of `{model}` supports the parameter '{param}' with this value.", param=param
-            )
+            raise UnsupportedParameter(_unsupported(model, param, body, candidates), param=param)
         candidates = kept
     return candidates

@@ -91,3 +91,31 @@ def test_unknown_model() -> None:
     with pytest.raises(ModelNotFound) as info:
         resolve(CATALOG, "chat", "nope", {})
     assert info.value.param == "model" and info.value.status_code == 404
+
+
+N_CATALOG = make_catalog(
+    make_endpoint("native/mixed", "mixed"),
+    make_endpoint("fanout/mixed", "mixed", capabilities={"native_n": False}),
+    make_endpoint("a/fanout", "fanout", capabilities={"native_n": False}),
+    make_endpoint("b/fanout", "fanout", capabilities={"native_n": False, "max_fanout_n": 16}),
+)
+
+
+def n_ids(model: str, n: int, op: str = "chat") -> list[str]:
+    return [ep.id for ep in resolve(N_CATALOG, op, model, {"n": n})]  # type: ignore[arg-type]
+
+
+def test_n_past_the_fan_out_limit_keeps_only_endpoints_that_can_serve_it() -> None:
+    assert n_ids("fanout", 8) == ["a/fanout", "b/fanout"]  # the default limit is 8
+    assert n_ids("fanout", 9) == ["b/fanout"]
+    assert n_ids("mixed", 128) == ["native/mixed"]  # native `n` has no fan-out limit
+    assert n_ids("mixed", 1) == ["native/mixed", "fanout/mixed"]
+
+
+def test_n_past_every_limit_is_a_400_naming_n_and_the_limit() -> None:
+    with pytest.raises(UnsupportedParameter) as info:
+        resolve(N_CATALOG, "chat", "fanout", {"n": 128})
+    assert info.value.status_code == 400 and info.value.param == "n"
+    assert "128" in info.value.message and "limit of 16" in info.value.message
+    with pytest.raises(UnsupportedParameter):
+        resolve(N_CATALOG, "completions", "fanout", {"n": 17})
