@@ -99,6 +99,22 @@ class HealthSettings(_Frozen):
     tool_cusum_h: float = Field(5.0, gt=0)
 
 
+class ToolMonitorSettings(_Frozen):
+    """The passive tool-call monitor: live responses checked against the clients' own schemas
+    (untrusted input, checked in a worker process) are evidence that can only start an active run
+    of the gateway's suite, never move an endpoint's state themselves."""
+
+    schema_max_bytes: int = Field(64 * 1024, ge=16)  # one tool's parameters, as canonical JSON
+    schema_max_depth: int = Field(32, ge=2, le=64)
+    check_timeout: float = Field(1.0, gt=0)  # seconds one response's check may take; then unchecked
+    max_pending: int = Field(16, ge=1)  # checks waiting (each holds its request); past it, not checked
+    # An alarm counts only with bad responses from this many distinct client keys since the
+    # statistic last started from zero; each key adds at most one bad step to it.
+    min_keys: int = Field(2, ge=1)
+    # Seconds between the active confirmations alarms may start on one endpoint.
+    confirm_cooldown: float = Field(3600.0, ge=0)
+
+
 class ProbeSettings(_Frozen):
     # Run the scheduler inside the gateway's lifespan (or run `gwctl worker` instead).
     enabled: bool = False
@@ -131,3 +147,4 @@ class ProbeSettings(_Frozen):
     agent: AgentSettings = AgentSettings()
     sentinels: SentinelSettings = SentinelSettings()
     health: HealthSettings = HealthSettings()
+    tool_monitor: ToolMonitorSettings = ToolMonitorSettings()

@@ -2,7 +2,9 @@
 
 Per call (OpenRouter's buckets): `ok`, `invalid_json` (arguments do not parse as JSON),
 `unknown_name` (no declared tool has that name, or `tool_choice` forbids it) or `schema_mismatch`
-(JSON Schema validation against the declared `parameters`; a tool without a schema accepts anything).
+(JSON Schema validation against the declared `parameters`; a tool without a schema accepts anything),
+plus `unchecked`: the schema cannot be checked safely, or is no evidence against the endpoint
+(`probes.toolcalls.schemas`), so the arguments are not judged.
 Per choice:
 - `leaked`: the call was written into `content` (a JSON object naming a declared tool) while
   `finish_reason` is "stop" and there are no `tool_calls`;
@@ -21,44 +23,41 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from jsonschema import Draft7Validator
-from jsonschema.exceptions import SchemaError
-from jsonschema.protocols import Validator
-from jsonschema.validators import validator_for
+from probes.toolcalls.schemas import ACCEPT_ANY, Compiled, SchemaLimits, canonical, compile_schema
 
-CallClass = Literal["ok", "invalid_json", "unknown_name", "schema_mismatch"]
-CALL_CLASSES: tuple[CallClass, ...] = ("ok", "invalid_json", "unknown_name", "schema_mismatch")
+CallClass = Literal["ok", "invalid_json", "unknown_name", "schema_mismatch", "unchecked"]
+CALL_CLASSES: tuple[CallClass, ...] = ("ok", "invalid_json", "unknown_name", "schema_mismatch", "unchecked")
 # Every label a response can add to the counts (the Prometheus `result` label is one of these).
 RESULTS = (*CALL_CLASSES, "leaked_to_content", "finish_reason_mismatch", "truncated")
+NOT_BAD = frozenset({"ok", "unchecked"})
 UNJUDGED_FINISH = frozenset({"length", "content_filter"})
 LEAK_SCAN_CHARS = 16_384  # a leaked call sits near the start; never scan a whole essay
 LEAK_SCAN_OBJECTS = 32
 
 
 class SchemaCache:
-    """Compiled JSON Schema validators, keyed by the schema's canonical JSON (bounded LRU)."""
+    """Compiled schemas, keyed by the schema's canonical JSON (bounded LRU). `client=True` for
+    schemas a client sent (see `probes.toolcalls.schemas`); the gateway's own suite is trusted."""
 
-    def __init__(self, maxsize: int = 512) -> None:
+    def __init__(self, maxsize: int = 512, *, limits: SchemaLimits | None = None, client: bool = False) -> None:
         self._maxsize = maxsize
-        self._entries: OrderedDict[str, Validator | None] = OrderedDict()
+        self._limits = limits or SchemaLimits()
+        self._client = client
+        self._entries: OrderedDict[str, Compiled] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, schema: Any) -> Validator | None:
-        """None when the schema is missing or itself invalid: it then accepts any arguments."""
-        if not isinstance(schema, dict) or not schema:
-            return None
-        key = json.dumps(schema, sort_keys=True, separators=(",", ":"), default=str)
+    def get(self, schema: Any) -> Compiled:
+        if schema is None or schema == {}:
+            return ACCEPT_ANY
+        key = canonical(schema)
+        if len(key) > self._limits.max_bytes:  # not kept: a cache of huge keys would be a memory sink
+            return compile_schema(schema, self._limits, client=self._client, key=key)
         if key in self._entries:
             self._entries.move_to_end(key)
             return self._entries[key]
-        try:
-            cls = validator_for(schema, default=Draft7Validator)
-            cls.check_schema(schema)
-            compiled: Validator | None = cls(schema)
-        except (SchemaError, ValueError, TypeError, LookupError):
-            compiled = None  # the client's schema is broken: we cannot blame the endpoint
+        compiled = compile_schema(schema, self._limits, client=self._client, key=key)
         self._entries[key] = compiled
         if len(self._entries) > self._maxsize:
             self._entries.popitem(last=False)
@@ -101,7 +100,7 @@ class ChoiceReport:
 
     @property
     def bad(self) -> bool:
-        return self.leaked or self.finish_mismatch or any(c != "ok" for c in self.calls)
+        return self.leaked or self.finish_mismatch or any(c not in NOT_BAD for c in self.calls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +115,11 @@ class ResponseReport:
     @property
     def judged(self) -> bool:
         return any(not c.truncated for c in self.choices)
+
+    @property
+    def informative(self) -> bool:
+        """Judged, and not only calls whose schema could not be checked: evidence either way."""
+        return any(not c.truncated and (c.bad or not c.calls or any(k != "unchecked" for k in c.calls)) for c in self.choices)
 
     def counts(self) -> Counter[str]:
         out: Counter[str] = Counter()
@@ -142,10 +146,16 @@ def classify_call(name: Any, arguments: Any, spec: ToolSpec, schemas: SchemaCach
         return "invalid_json"
     if not isinstance(name, str) or not spec.allowed(name):
         return "unknown_name"
-    validator = schemas.get(spec.schemas[name])
-    if validator is not None and not validator.is_valid(parsed):
-        return "schema_mismatch"
-    return "ok"
+    compiled = schemas.get(spec.schemas[name])
+    if compiled.unchecked is not None:
+        return "unchecked"
+    if compiled.validator is None:
+        return "ok"
+    try:
+        valid = compiled.validator.is_valid(parsed)
+    except Exception:  # an unresolvable $ref, a recursion too deep: the schema's fault, not the endpoint's
+        return "unchecked"
+    return "ok" if valid else "schema_mismatch"
 
 
 def _calls_of(message: Mapping[str, Any]) -> list[tuple[Any, Any]]:

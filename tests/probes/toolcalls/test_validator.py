@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from probes.toolcalls.schemas import ACCEPT_ANY
 from probes.toolcalls.validator import SchemaCache, ToolSpec, classify_response, leaks_call
 
 WEATHER = {
@@ -152,8 +153,15 @@ def test_schema_cache_compiles_once_per_schema_and_stays_bounded() -> None:
     for i in range(3):
         cache.get({"type": "object", "properties": {f"k{i}": {"type": "string"}}})
     assert len(cache) == 2
-    assert cache.get(None) is None and cache.get({}) is None
-    assert cache.get({"type": "no-such-type"}) is None  # a broken schema cannot blame the endpoint
+    assert cache.get(None) is ACCEPT_ANY and cache.get({}) is ACCEPT_ANY
+    broken = cache.get({"type": "no-such-type"})  # a broken schema cannot blame the endpoint
+    assert broken.validator is None and broken.unchecked is not None
+
+
+def test_a_call_to_a_tool_whose_schema_cannot_be_checked_is_unchecked_not_bad() -> None:
+    tool = {"type": "function", "function": {"name": "odd", "parameters": {"type": "no-such-type"}}}
+    report = classify(response(call("odd", '{"a": 1}')), {"tools": [tool]})
+    assert report.counts() == {"unchecked": 1} and not report.bad and report.judged
 
 
 def test_leak_scan_is_bounded() -> None:
