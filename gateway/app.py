@@ -7,6 +7,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 from starlette.applications import Starlette
@@ -30,6 +31,8 @@ from gateway.routing.router import Router
 from gateway.routing.shared import SharedState
 from gateway.state import AppState
 from gateway.state_store import StateStore, open_store
+from probes.toolcalls.checker import ProcessChecker
+from probes.toolcalls.passive import SOURCE as TOOL_MONITOR
 from probes.toolcalls.passive import ToolCallMonitor
 from providers.http import HTTPClient, Timeouts
 from providers.http_native import NativeClient
@@ -75,7 +78,8 @@ def build_state(
         health_states,
         settings.probes.health,
         wall=persistence.wall if persistence else time.time,
-        persist=persistence.record_transition if persistence else None,
+        monitor=settings.probes.tool_monitor,
+        checker=ProcessChecker(settings.probes.tool_monitor),
         count=metrics.tool_call_results if metrics else None,
     )
     dispatcher.tracer = tool_monitor.start
@@ -124,6 +128,8 @@ def create_app(
         if state.auth.open_access:
             log.warning("no gateway key is configured: the API accepts requests without a key")
         state.probes = build_runner(state)
+        if state.tool_monitor is not None:  # a passive alarm may only start the gateway's own suite
+            state.tool_monitor.confirm = partial(state.probes.run, probes=["toolcalls"], trigger=TOOL_MONITOR)
         scheduler = build_scheduler(state, state.probes) if settings.probes.enabled else None
         if scheduler is not None:
             scheduler.start()
@@ -136,7 +142,7 @@ def create_app(
             if scheduler is not None:
                 await scheduler.aclose()
             if state.tool_monitor is not None:
-                await state.tool_monitor.aclose()  # health transitions still being stored
+                await state.tool_monitor.aclose()  # checks and confirmation runs in flight, and its worker
             if state.persistence is not None:
                 await state.persistence.aclose()  # flushes the record queue
             await state.shared.aclose()

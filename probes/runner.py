@@ -11,6 +11,7 @@ Progress goes to an `emit` callback as dicts: started, progress, result, transit
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -221,7 +222,8 @@ class ProbeRunner:
         """One probe, never raising: a missing module, an inapplicable endpoint, an unreachable
         upstream, a spent budget or a bug in the probe all come back as a result that says so."""
         try:
-            probe = self.registry.create(name)
+            # A probe module's first import (numpy, scipy) takes seconds: not on the event loop.
+            probe = (await asyncio.to_thread(self.registry.factory, name))()
         except ProbeMissing as exc:
             return ProbeResult(name, "error", 0, details={"error": str(exc)})
         why_not = probe.applicable(endpoint)

@@ -125,3 +125,39 @@ def expectations_of(cases: Any) -> dict[str, Any]:
         elif case.expected is not None:
             out[prompt] = [{"name": c.name, "arguments": dict(c.arguments)} for c in case.expected]
     return out
+
+
+class ScriptedTestbedService:
+    """The testbed's model service (`probes.testbed.service.Service`) without a model: it answers
+    like an ideal honest model (the suite's expected calls, else schema-valid arguments for the
+    chosen tool), and the testbed's own fault draws and corruption transforms do the rest, exactly
+    as they do over a real model."""
+
+    def __init__(self, expectations: Mapping[str, Any]) -> None:
+        self.expectations = dict(expectations)
+
+    def prepare(self, base: str, spec: Any) -> None:
+        return None
+
+    def chat(self, base: str, served: str, req: Any, draws: Any) -> tuple[dict[str, Any], set[str]]:
+        tools = [dict(t) for t in req.tools]
+        prompt = req.messages[0].get("content")
+        choice = req.tool_choice if req.tool_choice is not None else "auto"
+        if tools:
+            resp = honest_answer({"tools": tools, "tool_choice": choice, "_expected": self.expectations.get(prompt)})
+        else:
+            resp = text_response("Hello.")
+        touched: set[str] = set()
+        message = resp["choices"][0]["message"]
+        if message.get("tool_calls") and draws.corruption is not None:
+            rng = np.random.default_rng(draws.noise_seed)
+            calls, content, finish = corrupt_tool_calls(message["tool_calls"], tools, draws.corruption, rng)
+            message = {"role": "assistant", "content": content}
+            if calls:
+                message["tool_calls"] = calls
+            resp = {**resp, "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+            touched.add("tool_corruption")
+        return {"id": "chatcmpl-scripted", "object": "chat.completion", "created": 0, "model": served, **resp}, touched
+
+    def completion(self, base: str, served: str, req: Any, draws: Any) -> tuple[dict[str, Any], set[str]]:
+        raise NotImplementedError("the scripted service answers chat only")

@@ -1,5 +1,5 @@
-"""The passive monitor on its own: counts, CUSUM alarms, the health transition and its background
-persistence, and nothing at all for requests without tools."""
+"""The passive monitor on its own: counts, per-key CUSUM alarms that only start an active
+confirmation (never a state change), the cooldown, and nothing at all for requests without tools."""
 
 from __future__ import annotations
 
@@ -8,51 +8,69 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.health_states import HealthStates, Transition
+from gateway.health_states import HealthStates
 from gateway.pipeline.context import RequestContext
-from probes.settings import HealthSettings
+from probes.settings import HealthSettings, ToolMonitorSettings
 from probes.toolcalls.passive import ToolCallMonitor
+from probes.toolcalls.validator import ResponseReport
 from tests.probes.toolcalls.test_validator import REQUEST, call, response
 
 GOOD = json.dumps(response(call("get_weather", '{"city": "Paris"}'))).encode()
 BAD = json.dumps(response(call("get_weather", '{"city": "Pa'))).encode()
+# The audit's attack: a schema nothing satisfies makes every honest call a "schema_mismatch".
+UNSATISFIABLE = {"tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "not": {}}}}]}
 
 
 class Recorder:
     def __init__(self) -> None:
-        self.stored: list[Transition] = []
+        self.confirmed: list[str] = []
         self.counts: list[tuple[str, dict[str, int]]] = []
         self.release = asyncio.Event()
+        self.release.set()
 
-    async def persist(self, t: Transition) -> bool:
-        await self.release.wait()  # a slow database: the request path must not wait for it
-        self.stored.append(t)
-        return True
+    async def confirm(self, endpoint_id: str) -> None:
+        self.confirmed.append(endpoint_id)
+        await self.release.wait()  # a confirmation run takes a while
 
     def count(self, endpoint_id: str, counts: Mapping[str, int]) -> None:
         self.counts.append((endpoint_id, dict(counts)))
 
 
-def monitor(health: HealthStates, rec: Recorder) -> ToolCallMonitor:
+def monitor(health: HealthStates, rec: Recorder, **settings: Any) -> ToolCallMonitor:
     return ToolCallMonitor(
-        health, HealthSettings(), wall=lambda: 1_700_000_000.0, persist=rec.persist, count=rec.count
+        health,
+        HealthSettings(),
+        wall=lambda: 1_700_000_000.0,
+        monitor=ToolMonitorSettings(**settings),
+        count=rec.count,
+        confirm=rec.confirm,
     )
 
 
-def finish(mon: ToolCallMonitor, body: bytes, *, tools: bool = True, status: int = 200, ep: str = "ep-1") -> RequestContext:
-    ctx = RequestContext("r", "chat", 0.0, body={"model": "m", **(REQUEST if tools else {})})
+async def finish(
+    mon: ToolCallMonitor,
+    body: bytes,
+    *,
+    tools: bool = True,
+    status: int = 200,
+    ep: str = "ep-1",
+    key: str | None = "key-a",
+    request: Mapping[str, Any] = REQUEST,
+) -> RequestContext:
+    ctx = RequestContext("r", "chat", 0.0, key_name=key, body={"model": "m", **(request if tools else {})})
     mon.start(ctx)
     if ctx.tool_trace is not None:
         ctx.tool_trace.feed_body(body)
     ctx.endpoint_id, ctx.status = ep, status
     mon.finished(ctx)
+    await mon.settle()
     return ctx
 
 
 async def test_requests_without_tools_get_no_trace_and_no_counts() -> None:
     health, rec = HealthStates(), Recorder()
     mon = monitor(health, rec)
-    ctx = finish(mon, BAD, tools=False)
+    ctx = await finish(mon, BAD, tools=False)
     assert ctx.tool_trace is None
     assert rec.counts == [] and mon.snapshot() == {}
 
@@ -60,9 +78,9 @@ async def test_requests_without_tools_get_no_trace_and_no_counts() -> None:
 async def test_counts_by_class_without_content() -> None:
     health, rec = HealthStates(), Recorder()
     mon = monitor(health, rec)
-    finish(mon, GOOD)
-    finish(mon, BAD)
-    finish(mon, BAD, status=502)  # failed requests are availability evidence, not tool evidence
+    await finish(mon, GOOD)
+    await finish(mon, BAD)
+    await finish(mon, BAD, status=502)  # failed requests are availability evidence, not tool evidence
     assert rec.counts == [("ep-1", {"ok": 1}), ("ep-1", {"invalid_json": 1})]
     snap = mon.snapshot()["ep-1"]
     assert snap["responses"] == 2 and snap["bad"] == 1 and snap["counts"] == {"ok": 1, "invalid_json": 1}
@@ -73,57 +91,102 @@ async def test_clean_traffic_stays_healthy() -> None:
     health, rec = HealthStates(), Recorder()
     mon = monitor(health, rec)
     for _ in range(2000):
-        finish(mon, GOOD)
+        await finish(mon, GOOD)
     assert health.state("ep-1") == "healthy"
     assert mon.stats("ep-1").alarms == 0 and mon.stats("ep-1").statistic == 0.0
 
 
-async def test_a_rising_error_rate_makes_the_endpoint_suspect_and_is_stored_in_the_background() -> None:
+async def test_a_thousand_hostile_requests_from_one_key_move_nothing() -> None:
+    health, rec = HealthStates(), Recorder()
+    mon = monitor(health, rec)
+    for i in range(1000):
+        await finish(mon, BAD if i % 2 else GOOD, key="attacker")  # 50% "bad", every one from the same key
+    for _ in range(1000):  # the published attack: an unsatisfiable schema against honest calls
+        await finish(mon, GOOD, key="attacker", request=UNSATISFIABLE)
+    stats = mon.stats("ep-1")
+    assert stats.bad == 500 and stats.totals["unchecked"] == 1000  # all counted...
+    assert stats.alarms == 0 and rec.confirmed == []  # ...as one piece of evidence: no alarm
+    assert stats.statistic < mon.cusum.h
+    assert health.state("ep-1") == "healthy" and health.get("ep-1").since == 0.0  # never transitioned
+
+
+async def test_unsatisfiable_schemas_from_many_keys_are_not_evidence() -> None:
+    health, rec = HealthStates(), Recorder()
+    mon = monitor(health, rec)
+    for i in range(200):
+        await finish(mon, GOOD, key=f"key-{i}", request=UNSATISFIABLE)
+    assert mon.stats("ep-1").bad == 0 and mon.stats("ep-1").totals == {"unchecked": 200}
+    assert rec.confirmed == [] and health.state("ep-1") == "healthy"
+
+
+async def test_bad_responses_from_two_keys_start_a_confirmation_and_move_no_state() -> None:
     health, rec = HealthStates(), Recorder()
     mon = monitor(health, rec)
     for _ in range(200):
-        finish(mon, GOOD)
-    assert health.state("ep-1") == "healthy"
-    sent = 0
-    while health.state("ep-1") == "healthy":
-        sent += 1
-        assert sent < 200, "a 20% error rate must alarm well within 200 responses"
-        finish(mon, BAD if sent % 5 == 0 else GOOD)
-    entry = health.get("ep-1")
-    assert entry.state == "suspect" and entry.source == "tool_monitor"
-    assert "invalid_json" in entry.reason
-    assert rec.stored == []  # scheduled, not awaited on the request path
-    rec.release.set()
-    await mon.aclose()
-    (stored,) = rec.stored
-    assert stored.to_state == "suspect" and stored.evidence is not None
-    assert stored.evidence["counts"]["invalid_json"] >= 2 and stored.evidence["p0"] == 0.002
-    assert health.state("ep-2") == "healthy"  # other endpoints are untouched
+        await finish(mon, GOOD)
+    await finish(mon, BAD, key="key-a")
+    await finish(mon, BAD, key="key-a")  # the same key again: no second step
+    assert rec.confirmed == [] and mon.stats("ep-1").statistic < mon.cusum.h
+    await finish(mon, BAD, key="key-b")
+    assert rec.confirmed == ["ep-1"]
+    stats = mon.stats("ep-1")
+    assert stats.alarms == 1 and stats.confirmations == 1 and stats.statistic == 0.0
+    assert health.state("ep-1") == "healthy"  # the active suite decides, not this monitor
+    assert health.state("ep-2") == "healthy" and mon.stats("ep-2").responses == 0
 
 
-async def test_alarm_sends_probation_back_to_demoted_and_leaves_demoted_alone() -> None:
+async def test_one_confirmation_at_a_time_and_a_cooldown_between_them() -> None:
     health, rec = HealthStates(), Recorder()
+    rec.release.clear()  # the first confirmation keeps running
+    now = [1_700_000_000.0]
+    mon = ToolCallMonitor(
+        health, HealthSettings(), wall=lambda: now[0], monitor=ToolMonitorSettings(confirm_cooldown=600),
+        confirm=rec.confirm,
+    )
+
+    async def alarm(tag: str) -> None:
+        for key in (f"{tag}-a", f"{tag}-b"):
+            ctx = RequestContext("r", "chat", 0.0, key_name=key, body={"model": "m", **REQUEST})
+            mon.start(ctx)
+            ctx.tool_trace.feed_body(BAD)
+            ctx.endpoint_id = "ep-1"
+            mon.finished(ctx)
+            await asyncio.sleep(0.01)
+
+    await alarm("one")
+    assert rec.confirmed == ["ep-1"]
+    await alarm("two")  # the first is still running
+    assert rec.confirmed == ["ep-1"] and mon.stats("ep-1").alarms == 2
     rec.release.set()
-    mon = monitor(health, rec)
-    health.transition("ep-1", "probation", source="probes", reason="test", at=0.0)
-    health.transition("ep-2", "demoted", source="probes", reason="test", at=0.0)
-    for _ in range(3):
-        finish(mon, BAD, ep="ep-1")
-        finish(mon, BAD, ep="ep-2")
-    await mon.aclose()
-    assert health.state("ep-1") == "demoted"
-    assert health.get("ep-2").source == "probes"  # no transition from demoted
-    assert mon.stats("ep-2").alarms >= 1
-    assert [t.endpoint_id for t in rec.stored] == ["ep-1"]
+    await mon.settle()
+    now[0] += 60
+    await alarm("three")  # within the cooldown of the first
+    assert rec.confirmed == ["ep-1"] and mon.stats("ep-1").alarms == 3
+    now[0] += 600
+    await alarm("four")
+    await mon.settle()
+    assert rec.confirmed == ["ep-1", "ep-1"]
 
 
-async def test_a_manual_pin_is_respected() -> None:
+async def test_no_confirmation_for_demoted_or_pinned_endpoints() -> None:
     health, rec = HealthStates(), Recorder()
     mon = monitor(health, rec)
-    health.transition("ep-1", "suspect", source="manual", reason="op", at=0.0, operator=True)
-    for _ in range(4):
-        finish(mon, BAD)
-    assert health.get("ep-1").manual and rec.stored == []
+    health.transition("ep-1", "demoted", source="probes", reason="test", at=0.0)
+    health.transition("ep-2", "suspect", source="manual", reason="op", at=0.0, operator=True)
+    health.transition("ep-3", "probation", source="probes", reason="test", at=0.0)
+    for ep in ("ep-1", "ep-2", "ep-3"):
+        for key in ("a", "b"):
+            await finish(mon, BAD, ep=ep, key=key)
+    assert rec.confirmed == ["ep-3"]  # probation: the suite is run, and the policy sends it back if it fails
+    assert health.state("ep-1") == "demoted" and health.get("ep-2").manual and health.state("ep-3") == "probation"
+
+
+async def test_without_a_key_all_traffic_is_one_client() -> None:
+    health, rec = HealthStates(), Recorder()
+    mon = monitor(health, rec)
+    for _ in range(50):
+        await finish(mon, BAD, key=None)
+    assert mon.stats("ep-1").alarms == 0 and rec.confirmed == []
 
 
 async def test_truncated_responses_are_counted_but_not_judged() -> None:
@@ -131,10 +194,24 @@ async def test_truncated_responses_are_counted_but_not_judged() -> None:
     mon = monitor(health, rec)
     cut = json.dumps(response(call("get_weather", '{"ci'), finish="length")).encode()
     for _ in range(10):
-        finish(mon, cut)
+        await finish(mon, cut)
     stats: Any = mon.stats("ep-1")
     assert stats.responses == 0 and stats.totals == {"truncated": 10}
     assert health.state("ep-1") == "healthy"
+
+
+async def test_a_response_the_checker_could_not_check_is_counted_unchecked() -> None:
+    class GivesUp:
+        async def check(self, response: Any, request: Any) -> ResponseReport | None:
+            return None  # past its deadline, or too many waiting
+
+        async def aclose(self) -> None:
+            return None
+
+    health, rec = HealthStates(), Recorder()
+    mon = ToolCallMonitor(health, HealthSettings(), wall=lambda: 0.0, checker=GivesUp(), count=rec.count)
+    await finish(mon, BAD)
+    assert rec.counts == [("ep-1", {"unchecked": 1})] and mon.stats("ep-1").responses == 0
 
 
 async def test_a_classification_failure_never_reaches_the_request(caplog: Any) -> None:
@@ -149,4 +226,4 @@ async def test_a_classification_failure_never_reaches_the_request(caplog: Any) -
 
     ctx.tool_trace, ctx.endpoint_id = Exploding(), "ep-1"
     mon.finished(ctx)  # logged, not raised
-    assert ctx.tool_trace is None and "could not classify" in caplog.text
+    assert ctx.tool_trace is None and "could not read" in caplog.text

@@ -1,12 +1,18 @@
-"""The passive monitor inside a real gateway (uvicorn on loopback) over the fake OpenAI upstream:
-tool calls corrupted at a rising rate make their endpoint SUSPECT, streamed or not; clean traffic
-on another endpoint stays HEALTHY; `gateway_tool_calls_total` counts both. With persistence on,
-the transition is stored (in the background) with its evidence."""
+"""The passive monitor inside a real gateway (uvicorn on loopback) in front of the testbed's server
+(its own process, over a scripted honest model: `scripted_testbed`):
+- real corruption (the testbed's `tool_corruption` fault) seen by two clients starts the gateway's
+  own tool-call suite, and that run, not the monitor, makes the endpoint SUSPECT/DEMOTED;
+- hostile clients (forged mismatches, unsatisfiable schemas) move no state, and from two keys
+  they get no more than one confirmation run, which the honest endpoint passes;
+- hostile schemas ($ref to a socket that never answers, file:// refs, a 1.2 MB schema, ReDoS, an
+  exponential schema) never stall the gateway: /healthz answers within 100 ms throughout;
+- with persistence on, the confirmation run and its transition are stored."""
 
 from __future__ import annotations
 
-import itertools
 import re
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,69 +24,67 @@ import pytest
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
-from gateway.config import DatabaseConfig, load_config
+from gateway.config import DatabaseConfig, Settings, load_config
 from gateway.persistence import migrate
 from gateway.persistence.engine import make_engine
+from probes.testbed.endpoints import EndpointSpec
 from providers.base import UpstreamRequest
 from providers.http_mock import MockHTTPClient, MockResponse
-from tests.fakes.openai_upstream import FakeOpenAIUpstream
 from tests.fakes.servers import BackgroundLoop, GatewayServer
+from tests.probes.toolcalls import scripted_testbed
+from tests.probes.toolcalls.test_checker import exponential
 from tests.probes.toolcalls.test_validator import WEATHER
 
-ADMIN = {"authorization": "Bearer sk-admin-tools-0001"}
-BAD, GOOD = "fake/corrupt", "fake/clean"
+ADMIN_KEY = "sk-admin-tools-0001"
+ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
+KEYS = {"team-a": "sk-team-a-000001", "team-b": "sk-team-b-000002"}
+BAD, GOOD = "tb/corrupt", "tb/honest"
+CORRUPTION = {"tool_corruption": {"rate": 0.1}, "seed": 3}
 
 
-class RisingCorruption:
-    """Breaks the calls of the upstream model "corrupt": none for a warm-up, then every 20th,
-    then every 10th, then every 5th call (alternating bad JSON and an unknown name)."""
+def auth(team: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {KEYS[team]}"}
 
-    def __init__(self, warm_up: int = 60) -> None:
-        self.seen = itertools.count()
-        self.warm_up = warm_up
-        self.broken = 0
 
-    def __call__(self, body: dict[str, Any]) -> str | None:
-        if body.get("model") != "corrupt":
-            return None
-        i = next(self.seen) - self.warm_up
-        period = 20 if i < 100 else 10 if i < 200 else 5
-        if i < 0 or i % period:
-            return None
-        self.broken += 1
-        return "bad_json" if self.broken % 2 else "unknown_name"
+def gateway_settings(testbed_root: str, **extra: Any) -> Settings:
+    return load_config(
+        environ={},
+        auth={"admin_key": ADMIN_KEY, "keys": [{"name": n, "key": k} for n, k in KEYS.items()]},
+        providers=[
+            {"name": "corrupt", "base_url": f"{testbed_root}/corrupt/v1"},
+            {"name": "honest", "base_url": f"{testbed_root}/honest/v1"},
+        ],
+        deployments=[
+            {"model": "tools-bad", "provider": "corrupt", "upstream_model": "smollm2", "id": BAD},
+            # A window that fits the 1.2 MB schema: the schema is what is under test here.
+            {"model": "tools-good", "provider": "honest", "upstream_model": "smollm2", "id": GOOD,
+             "context_window": 2_000_000},
+        ],
+        # Every response checked (the bound on waiting checks has its own test): counts are exact.
+        probes={"toolcalls": {"cases": 40}, "tool_monitor": {"max_pending": 10_000}},
+        **extra,
+    )
 
 
 @pytest.fixture
-def gateway() -> Iterator[tuple[str, RisingCorruption]]:
+def gateway() -> Iterator[str]:
+    testbed, root = scripted_testbed.start([EndpointSpec("honest"), EndpointSpec("corrupt", fault=CORRUPTION)])
     loop = BackgroundLoop().start()
-    corruption = RisingCorruption()
-    upstream = FakeOpenAIUpstream(tool_fault=corruption)
-    loop.call(upstream.start())
-    settings = load_config(
-        environ={"GW_AUTH__ADMIN_KEY": "sk-admin-tools-0001"},
-        providers=[{"name": "fake", "base_url": upstream.url}],
-        deployments=[
-            {"model": "tools-bad", "provider": "fake", "upstream_model": "corrupt", "id": BAD},
-            {"model": "tools-good", "provider": "fake", "upstream_model": "clean", "id": GOOD},
-        ],
-    )
-    server = GatewayServer(create_app(settings), loop).start()
     try:
-        yield server.root, corruption
+        server = GatewayServer(create_app(gateway_settings(root)), loop).start()
+        try:
+            yield server.root
+        finally:
+            server.stop()
     finally:
-        server.stop()
-        loop.call(upstream.stop())
         loop.stop()
+        scripted_testbed.stop(testbed)
 
 
-def chat(client: httpx.Client, model: str, *, stream: bool, tools: bool = True) -> None:
-    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": "weather?"}], "stream": stream}
-    if tools:
-        body["tools"] = [WEATHER]
-    with client.stream("POST", "/v1/chat/completions", json=body) as resp:
-        assert resp.status_code == 200
-        resp.read()
+def chat(client: httpx.Client, model: str, team: str, tools: list[dict[str, Any]] | None = None) -> None:
+    body = {"model": model, "messages": [{"role": "user", "content": "weather?"}], "tools": tools or [WEATHER]}
+    resp = client.post("/v1/chat/completions", json=body, headers=auth(team))
+    assert resp.status_code == 200, resp.text
 
 
 def states(client: httpx.Client) -> dict[str, dict[str, Any]]:
@@ -89,37 +93,147 @@ def states(client: httpx.Client) -> dict[str, dict[str, Any]]:
     return {row["endpoint"]: row for row in resp.json()["data"]}
 
 
-def tool_counts(client: httpx.Client) -> dict[tuple[str, str], float]:
+def series(client: httpx.Client, name: str) -> dict[tuple[str, ...], float]:
     text = client.get("/metrics").text
-    found = re.findall(r'^gateway_tool_calls_total\{endpoint="([^"]+)",result="([^"]+)"\} (\S+)$', text, re.M)
-    return {(ep, result): float(v) for ep, result, v in found}
+    found = re.findall(rf"^{name}\{{([^}}]*)\}} (\S+)$", text, re.M)
+    return {tuple(re.findall(r'="([^"]*)"', labels)): float(v) for labels, v in found}
 
 
-def test_rising_corruption_raises_suspect_and_clean_traffic_stays_healthy(
-    gateway: tuple[str, RisingCorruption],
-) -> None:
-    root, corruption = gateway
-    with httpx.Client(base_url=root, timeout=10) as client:
-        bad, good = BAD, GOOD
+def wait_for(predicate: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_real_corruption_is_confirmed_by_the_active_suite(gateway: str) -> None:
+    with httpx.Client(base_url=gateway, timeout=10) as client:
         sent = 0
-        while states(client)[bad]["state"] == "healthy":
-            assert sent < 400, "the rising error rate was never detected"
-            stream = sent % 2 == 1  # half the traffic streams
-            chat(client, "tools-bad", stream=stream)
-            chat(client, "tools-good", stream=stream)
-            chat(client, "tools-good", stream=stream, tools=False)  # no tools: never inspected
+        while states(client)[BAD]["state"] == "healthy":
+            assert sent < 300, "the corruption was never confirmed"
+            chat(client, "tools-bad", "team-a" if sent % 2 else "team-b")
+            chat(client, "tools-good", "team-a" if sent % 2 else "team-b")
             sent += 1
+        wait_for(lambda: series(client, "gateway_probe_runs_total").get((BAD, "toolcalls", "fail"), 0) >= 1)
         current = states(client)
-        counts = tool_counts(client)
-    assert current[bad]["state"] == "suspect" and current[bad]["source"] == "tool_monitor"
-    assert current[good]["state"] == "healthy"
-    assert corruption.broken >= 2
-    assert sent > corruption.warm_up  # nothing alarmed on the clean warm-up
-    assert counts[(good, "ok")] == sent and (good, "invalid_json") not in counts
-    broken = counts.get((bad, "invalid_json"), 0) + counts.get((bad, "unknown_name"), 0)
-    assert broken == corruption.broken
-    assert counts[(bad, "ok")] == sent - corruption.broken
+        calls = series(client, "gateway_tool_calls_total")
+        runs = series(client, "gateway_probe_runs_total")
+    assert current[BAD]["state"] in ("suspect", "demoted") and current[BAD]["source"] == "probe"
+    assert current[GOOD]["state"] == "healthy"
+    assert sum(v for (ep, result), v in calls.items() if ep == BAD and result not in ("ok", "unchecked")) >= 2
+    assert not any(ep == GOOD for ep, _, _ in runs)  # the honest endpoint was never even re-tested
 
+
+def forged(client: httpx.Client, team: str, n: int, tools: list[dict[str, Any]]) -> None:
+    for _ in range(n):
+        chat(client, "tools-good", team, tools)
+
+
+# The scripted model answers "city-x" and "days": 1 (schema-valid for WEATHER); these schemas make
+# those honest answers fail (a forged mismatch) or can never be met at all.
+FORGED = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 2}}, "required": ["city"]}}}]  # fmt: skip
+UNSATISFIABLE = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "not": {}}}}]
+
+
+def test_hostile_clients_move_no_state(gateway: str) -> None:
+    with httpx.Client(base_url=gateway, timeout=10) as client:
+        forged(client, "team-a", 50, UNSATISFIABLE)
+        forged(client, "team-b", 50, UNSATISFIABLE)  # two keys, but no evidence at all
+        forged(client, "team-a", 200, FORGED)  # one key: one piece of evidence, however many requests
+        wait_for(lambda: sum(v for (ep, _), v in series(client, "gateway_tool_calls_total").items() if ep == GOOD) >= 300)
+        calls = series(client, "gateway_tool_calls_total")
+        assert calls[(GOOD, "schema_mismatch")] == 200 and calls[(GOOD, "unchecked")] == 100
+        assert not series(client, "gateway_probe_runs_total")  # no confirmation was started
+        before = states(client)[GOOD]
+        assert before["state"] == "healthy"
+
+        forged(client, "team-b", 1, FORGED)  # a second key: the alarm starts one run of the suite...
+        wait_for(lambda: series(client, "gateway_probe_runs_total").get((GOOD, "toolcalls", "pass"), 0) == 1)
+        forged(client, "team-a", 50, FORGED)
+        forged(client, "team-b", 50, FORGED)  # ...and no more within the cooldown
+        time.sleep(0.5)
+        assert series(client, "gateway_probe_runs_total") == {(GOOD, "toolcalls", "pass"): 1.0}
+        after = states(client)[GOOD]
+    assert after == before  # the honest endpoint passed: state, source and time unchanged
+
+
+class SilentSocket:
+    """Listens, never accepts: a fetch of a $ref to it would hang forever."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.setblocking(False)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/schema.json"
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def connections(self) -> int:
+        n = 0
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except BlockingIOError:
+                return n
+            conn.close()
+            n += 1
+
+
+def tool(parameters: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"type": "function", "function": {"name": "get_weather", "parameters": parameters}}]
+
+
+def test_hostile_schemas_never_stall_the_gateway(gateway: str) -> None:
+    silent = SilentSocket()
+    big = {"type": "object", "properties": {f"p{i:05d}": {"type": "string", "description": "x" * 40} for i in range(17_000)}}
+    assert len(orjson.dumps(big)) > 1_200_000
+    hostile = [
+        tool({"type": "object", "properties": {"city": {"$ref": silent.url}}}),
+        tool({"type": "object", "properties": {"city": {"$ref": "file:///dev/zero"}}}),
+        tool({"type": "object", "$ref": "file:///etc/passwd"}),
+        tool(big),
+        tool({"type": "object", "properties": {"s": {"type": "string", "enum": ["a" * 5000 + "!"], "pattern": "^(a+)+$"}}}),
+        tool(exponential()),
+    ]
+    latencies: list[float] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        with httpx.Client(base_url=gateway, timeout=5) as http:
+            while not done.is_set():
+                started = time.perf_counter()
+                assert http.get("/healthz").status_code == 200
+                latencies.append(time.perf_counter() - started)
+                time.sleep(0.01)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    with httpx.Client(base_url=gateway, timeout=10) as client:
+        forged(client, "team-a", 1, [WEATHER])  # the schema worker is started before the clock runs
+        wait_for(lambda: series(client, "gateway_tool_calls_total").get((GOOD, "ok"), 0) == 1)
+        # Encoded up front: the client's own JSON work on 1.2 MB must not hold this process's GIL
+        # while the clock runs (the gateway under test shares it).
+        bodies = [orjson.dumps({"model": "tools-good", "messages": [{"role": "user", "content": "weather?"}],
+                                "tools": tools}) for tools in hostile]  # fmt: skip
+        poller.start()
+        for i in range(3):
+            for body in bodies:
+                headers = {**auth("team-a" if i % 2 else "team-b"), "content-type": "application/json"}
+                resp = client.post("/v1/chat/completions", content=body, headers=headers)
+                assert resp.status_code == 200, resp.text
+        wait_for(lambda: sum(v for (ep, _), v in series(client, "gateway_tool_calls_total").items() if ep == GOOD) >= 19)
+        done.set()
+        poller.join(10)
+        calls = series(client, "gateway_tool_calls_total")
+        current = states(client)[GOOD]
+    reached = silent.connections()
+    silent.close()
+    assert len(latencies) > 20 and max(latencies) < 0.1, (len(latencies), sorted(latencies)[-5:])
+    assert reached == 0  # nothing ever reached the socket
+    assert calls[(GOOD, "unchecked")] >= 12  # refs, the big schema and the exponential one were not judged
+    assert current["state"] == "healthy"
 
 
 def broken_call(request: UpstreamRequest) -> MockResponse:
@@ -131,28 +245,31 @@ def broken_call(request: UpstreamRequest) -> MockResponse:
     return MockResponse(200, {"content-type": "application/json"}, orjson.dumps(answer))
 
 
-def test_the_transition_is_stored_with_its_evidence(tmp_path: Path) -> None:
+def test_the_confirmation_run_and_its_transition_are_stored(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'gateway.db'}"
     engine = make_engine(DatabaseConfig(url=url))
     migrate.upgrade(engine)
     engine.dispose()
     settings = load_config(
         environ={},
-        auth={"admin_key": "sk-admin-tools-0001"},
+        auth={"admin_key": ADMIN_KEY, "keys": [{"name": n, "key": k} for n, k in KEYS.items()]},
         providers=[{"name": "p", "base_url": "http://p.test/v1"}],
         deployments=[{"model": "m", "provider": "p", "id": "p/m"}],
         database={"url": url},
         persistence={"enabled": True, "spill_path": str(tmp_path / "spill.jsonl"), "refresh_interval": 0.1},
+        probes={"toolcalls": {"cases": 20}},
     )
     body = {"model": "m", "messages": [{"role": "user", "content": "weather?"}], "tools": [WEATHER]}
     with TestClient(create_app(settings, client_factory=lambda: MockHTTPClient(broken_call))) as client:
-        for _ in range(2):  # two bad responses in a row cross h = 5
-            assert client.post("/v1/chat/completions", json=body).status_code == 200
-        deadline = time.monotonic() + 5
+        for team in KEYS:  # two bad responses from two keys cross h = 5
+            assert client.post("/v1/chat/completions", json=body, headers=auth(team)).status_code == 200
+        deadline = time.monotonic() + 20
         while not (rows := client.get("/admin/api/health/transitions", headers=ADMIN).json()["data"]):
             assert time.monotonic() < deadline, "the transition was never stored"
             time.sleep(0.05)
-    (row,) = rows
-    assert (row["endpoint_id"], row["from_state"], row["to_state"], row["source"]) == ("p/m", "healthy", "suspect", "tool_monitor")
-    assert row["evidence"]["counts"] == {"invalid_json": 2} and row["evidence"]["bad_responses"] == 2
-    assert "Pa" not in str(row["evidence"])  # counts only, never content
+        runs = client.get("/admin/api/probes/runs", headers=ADMIN).json()["data"]
+    first = rows[-1]
+    assert (first["endpoint_id"], first["from_state"], first["source"]) == ("p/m", "healthy", "probe")
+    assert first["to_state"] in ("suspect", "demoted") and first["evidence"]["run_id"] is not None
+    assert runs and {r["trigger"] for r in runs} == {"tool_monitor"}
+    assert "Pa" not in str(first["evidence"])  # counts only, never content
