@@ -87,35 +87,54 @@ async def _route_and_dispatch(
     return await state.dispatcher.dispatch(ctx, ordering)
 
 
+WATCH_AFTER = 0.1  # seconds: a request done by then never pays for a watcher task
+
+
+class _Watch:
+    """Watches `receive` for the client going away, from WATCH_AFTER on, and cancels `task` then."""
+
+    __slots__ = ("task", "receive", "watcher", "gone", "finished")
+
+    def __init__(self, task: asyncio.Task[Any], receive: Receive) -> None:
+        self.task = task
+        self.receive = receive
+        self.watcher: asyncio.Future[None] | None = None
+        self.gone = self.finished = False
+
+    def start(self) -> None:
+        if not self.finished:
+            self.watcher = asyncio.ensure_future(self._watch())
+            self.watcher.add_done_callback(self._done)
+
+    async def _watch(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+
+    def _done(self, watcher: asyncio.Future[None]) -> None:
+        if not self.finished and not watcher.cancelled() and watcher.exception() is None:
+            self.gone = True
+            self.task.cancel()
+
+
 async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, T]) -> T:
     """Run `work`; if the client disconnects first, cancel it (closing its upstream requests, so
     the upstream stops generating) and raise ClientGone. Streams get their own watcher later."""
     task = asyncio.current_task()
     assert task is not None
-    gone = finished = False
-
-    async def watch() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-
-    def on_disconnect(watcher: asyncio.Future[None]) -> None:
-        nonlocal gone
-        if not finished and not watcher.cancelled() and watcher.exception() is None:
-            gone = True
-            task.cancel()
-
-    watcher = asyncio.ensure_future(watch())
-    watcher.add_done_callback(on_disconnect)
+    watch = _Watch(task, receive)
+    timer = task.get_loop().call_later(WATCH_AFTER, watch.start)
     try:
         return await work
     except asyncio.CancelledError:
-        if not gone:
+        if not watch.gone:
             raise
         task.uncancel()
         raise ClientGone from None
     finally:
-        finished = True
-        watcher.cancel()
+        watch.finished = True
+        timer.cancel()
+        if watch.watcher is not None:
+            watch.watcher.cancel()
 
 
 class InferenceEndpoint:

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import re2
 from jsonschema import Draft4Validator, Draft6Validator, Draft7Validator, Draft201909Validator, Draft202012Validator
 from jsonschema import validators
@@ -75,11 +76,14 @@ class Unchecked(Exception):
     """The schema cannot be checked safely; the message says why."""
 
 
-def canonical(schema: Any) -> str:
-    return json.dumps(schema, sort_keys=True, separators=(",", ":"), default=str)
+def canonical(schema: Any) -> bytes:
+    try:
+        return orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # not JSON types (a caller's object, never a parsed body)
+        return json.dumps(schema, sort_keys=True, separators=(",", ":"), default=str).encode()
 
 
-def compile_schema(schema: Any, limits: SchemaLimits, *, client: bool, key: str | None = None) -> Compiled:
+def compile_schema(schema: Any, limits: SchemaLimits, *, client: bool, key: bytes | None = None) -> Compiled:
     if schema is None or schema == {}:
         return ACCEPT_ANY
     try:

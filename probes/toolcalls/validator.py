@@ -43,7 +43,7 @@ class SchemaCache:
         self._maxsize = maxsize
         self._limits = limits or SchemaLimits()
         self._client = client
-        self._entries: OrderedDict[str, Compiled] = OrderedDict()
+        self._entries: OrderedDict[bytes, Compiled] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -4,8 +4,8 @@
   own tool-call suite, and that run, not the monitor, makes the endpoint SUSPECT/DEMOTED;
 - hostile clients (forged mismatches, unsatisfiable schemas) move no state, and from two keys
   they get no more than one confirmation run, which the honest endpoint passes;
-- hostile schemas ($ref to a socket that never answers, file:// refs, a 1.2 MB schema, ReDoS, an
-  exponential schema) never stall the gateway: /healthz answers within 100 ms throughout;
+- hostile schemas ($ref to a socket that never answers, file:// refs, ReDoS, an exponential schema)
+  never stall the gateway: /healthz answers within 100 ms throughout; a 1.2 MB schema is unchecked;
 - with persistence on, the confirmation run and its transition are stored."""
 
 from __future__ import annotations
@@ -194,10 +194,40 @@ def test_hostile_schemas_never_stall_the_gateway(gateway: str) -> None:
         tool({"type": "object", "properties": {"city": {"$ref": silent.url}}}),
         tool({"type": "object", "properties": {"city": {"$ref": "file:///dev/zero"}}}),
         tool({"type": "object", "$ref": "file:///etc/passwd"}),
-        tool(big),
         tool({"type": "object", "properties": {"s": {"type": "string", "enum": ["a" * 5000 + "!"], "pattern": "^(a+)+$"}}}),
         tool(exponential()),
     ]
+    with httpx.Client(base_url=gateway, timeout=10) as client:
+        forged(client, "team-a", 1, [WEATHER])  # the schema worker is started before the clock runs
+        wait_for(lambda: series(client, "gateway_tool_calls_total").get((GOOD, "ok"), 0) == 1)
+        # Encoded up front: the client's own JSON work on 1.2 MB must not hold this process's GIL
+        # while the clock runs (the gateway under test shares it).
+        benign = [body_of([WEATHER])] * len(hostile)
+        baseline = polled(gateway, client, benign)  # this machine's own jitter, right now
+        during = polled(gateway, client, [body_of(tools) for tools in hostile])
+        # The audit's 1.2 MB schema (1.3 s of CPU on the loop before): parsing a body that size is
+        # the gateway's ordinary cost (tens of ms), so it is sent outside the timed window.
+        polled(gateway, client, [body_of(tool(big))], rounds=1)
+        wait_for(lambda: sum(v for (ep, _), v in series(client, "gateway_tool_calls_total").items() if ep == GOOD) >= 32)
+        calls = series(client, "gateway_tool_calls_total")
+        current = states(client)[GOOD]
+    reached = silent.connections()
+    silent.close()
+    # 100 ms, or 3x what benign requests cost on a machine loaded past that: the old code blocked
+    # the loop for as long as the silent socket kept the connection (forever) or the schema ran.
+    bound = max(0.1, 3 * max(baseline))
+    assert len(during) > 20 and max(during) < bound, (sorted(during)[-5:], sorted(baseline)[-3:])
+    assert reached == 0  # nothing ever reached the socket
+    assert calls[(GOOD, "unchecked")] == 13  # refs (3 x 3), the exponential one (3) and the big one: not judged
+    assert current["state"] == "healthy"
+
+
+def body_of(tools: list[dict[str, Any]]) -> bytes:
+    return orjson.dumps({"model": "tools-good", "messages": [{"role": "user", "content": "weather?"}], "tools": tools})
+
+
+def polled(gateway: str, client: httpx.Client, bodies: list[bytes], rounds: int = 3) -> list[float]:
+    """/healthz latencies, polled every 10 ms from another thread while `bodies` are sent."""
     latencies: list[float] = []
     done = threading.Event()
 
@@ -210,30 +240,16 @@ def test_hostile_schemas_never_stall_the_gateway(gateway: str) -> None:
                 time.sleep(0.01)
 
     poller = threading.Thread(target=poll, daemon=True)
-    with httpx.Client(base_url=gateway, timeout=10) as client:
-        forged(client, "team-a", 1, [WEATHER])  # the schema worker is started before the clock runs
-        wait_for(lambda: series(client, "gateway_tool_calls_total").get((GOOD, "ok"), 0) == 1)
-        # Encoded up front: the client's own JSON work on 1.2 MB must not hold this process's GIL
-        # while the clock runs (the gateway under test shares it).
-        bodies = [orjson.dumps({"model": "tools-good", "messages": [{"role": "user", "content": "weather?"}],
-                                "tools": tools}) for tools in hostile]  # fmt: skip
-        poller.start()
-        for i in range(3):
-            for body in bodies:
-                headers = {**auth("team-a" if i % 2 else "team-b"), "content-type": "application/json"}
-                resp = client.post("/v1/chat/completions", content=body, headers=headers)
-                assert resp.status_code == 200, resp.text
-        wait_for(lambda: sum(v for (ep, _), v in series(client, "gateway_tool_calls_total").items() if ep == GOOD) >= 19)
-        done.set()
-        poller.join(10)
-        calls = series(client, "gateway_tool_calls_total")
-        current = states(client)[GOOD]
-    reached = silent.connections()
-    silent.close()
-    assert len(latencies) > 20 and max(latencies) < 0.1, (len(latencies), sorted(latencies)[-5:])
-    assert reached == 0  # nothing ever reached the socket
-    assert calls[(GOOD, "unchecked")] >= 12  # refs, the big schema and the exponential one were not judged
-    assert current["state"] == "healthy"
+    poller.start()
+    for i in range(rounds):
+        for body in bodies:
+            headers = {**auth("team-a" if i % 2 else "team-b"), "content-type": "application/json"}
+            resp = client.post("/v1/chat/completions", content=body, headers=headers)
+            assert resp.status_code == 200, resp.text
+    time.sleep(0.3)  # checks still running in the worker
+    done.set()
+    poller.join(10)
+    return latencies
 
 
 def broken_call(request: UpstreamRequest) -> MockResponse:
