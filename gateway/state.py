@@ -49,5 +49,5 @@ class AppState:
     sessions: SessionStore = field(default_factory=SessionStore)
     # The probe runner (probes.runner.ProbeRunner): on-demand audits and the scheduler use it.
     probes: Any = None
-    # Passive tool-call validation of live responses (counts per endpoint; alarms make it suspect).
+    # Passive tool-call validation of live responses (counts per endpoint; an alarm starts the suite).
     tool_monitor: ToolCallMonitor | None = None

@@ -32,7 +32,7 @@ def _requirements(op: Operation, body: dict[str, Any]) -> list[tuple[str, Callab
     n = body.get("n")
     if op != "embeddings" and isinstance(n, int) and n > 1:
         # Without native `n` every choice is another upstream request: bounded per deployment.
-        needs.append(("n", lambda ep: ep.deployment.capabilities.native_n or n <= ep.deployment.capabilities.max_fanout_n))
+        needs.append(("n", lambda ep: (caps := ep.deployment.capabilities).native_n or n <= caps.max_fanout_n))
     top = _requested_top_logprobs(op, body)
     if top is not None:
         needs.append(("logprobs", lambda ep: ep.deployment.capabilities.logprobs))

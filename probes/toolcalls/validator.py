@@ -119,7 +119,9 @@ class ResponseReport:
     @property
     def informative(self) -> bool:
         """Judged, and not only calls whose schema could not be checked: evidence either way."""
-        return any(not c.truncated and (c.bad or not c.calls or any(k != "unchecked" for k in c.calls)) for c in self.choices)
+        return any(
+            not c.truncated and (c.bad or not c.calls or any(k != "unchecked" for k in c.calls)) for c in self.choices
+        )
 
     def counts(self) -> Counter[str]:
         out: Counter[str] = Counter()

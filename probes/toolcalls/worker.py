@@ -50,7 +50,7 @@ def _write(stdout: BinaryIO, reply: dict[str, Any]) -> None:
 
 def main(argv: list[str]) -> int:
     limits = SchemaLimits(**orjson.loads(argv[1]))
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
     if hard == resource.RLIM_INFINITY or hard > MEMORY_LIMIT:
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     try:
