@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 from probes.settings import ToolMonitorSettings
@@ -88,3 +89,19 @@ async def test_closing_stops_the_worker() -> None:
     assert proc is not None and proc.returncode is None
     await checker.aclose()
     assert proc.returncode is not None
+
+
+async def test_the_worker_gets_no_secrets_and_a_memory_limit(monkeypatch: Any) -> None:
+    monkeypatch.setenv("GW_AUTH__ADMIN_KEY", "sk-admin-must-not-leak-0001")
+    checker = ProcessChecker(ToolMonitorSettings())
+    try:
+        await checker.check(CASES[0], REQUEST)
+        proc = checker._proc
+        assert proc is not None
+        environ = Path(f"/proc/{proc.pid}/environ").read_bytes()
+        limits = Path(f"/proc/{proc.pid}/limits").read_text()
+    finally:
+        await checker.aclose()
+    assert b"sk-admin-must-not-leak" not in environ and b"GW_" not in environ
+    (line,) = [ln for ln in limits.splitlines() if ln.startswith("Max address space")]
+    assert line.split()[3] == str(1 << 30)
