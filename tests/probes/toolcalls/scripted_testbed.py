@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import selectors
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -25,10 +27,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def start(specs: Sequence[EndpointSpec], *, timeout: float = 60.0) -> tuple[subprocess.Popen[str], str]:
     """Start one; returns the process and its root URL (endpoints are at /<name>/v1)."""
-    import os
-    import selectors
-
-    cmd = [sys.executable, "-m", "tests.probes.toolcalls.scripted_testbed", json.dumps([s.to_json() for s in specs]), str(os.getpid())]
+    specs_json = json.dumps([s.to_json() for s in specs])
+    cmd = [sys.executable, "-m", "tests.probes.toolcalls.scripted_testbed", specs_json, str(os.getpid())]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True)
     assert proc.stdout is not None
     with selectors.DefaultSelector() as sel:
