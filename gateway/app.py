@@ -58,7 +58,7 @@ def build_state(
     store: StateStore | None = None,
 ) -> AppState:
     catalog = Catalog([*endpoints_from_settings(settings), *extra_endpoints], created=int(time.time()))
-    breaker = CircuitBreaker(settings.breaker)
+    breaker = CircuitBreaker(settings.breaker, max_block_s=settings.retry.max_retry_after_block)
     prices = {ep.id: ep.deployment.price for ep in catalog.endpoints}
     dispatcher = Dispatcher(client, breaker, settings.retry, timeouts_from(settings), clock=clock, rng=rng or random.Random())
     health_states = HealthStates()

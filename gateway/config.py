@@ -64,6 +64,9 @@ class RetryConfig(_Frozen):
     backoff_max: float = Field(2.0, ge=0)
     # An upstream asking us to wait longer than this is skipped for the next candidate instead.
     max_retry_after: float = Field(5.0, ge=0)
+    # The longest an upstream's Retry-After may block its endpoint (here and on every replica);
+    # longer values are clamped, non-finite ones ignored.
+    max_retry_after_block: float = Field(300.0, gt=0, allow_inf_nan=False)
 
 
 class BreakerConfig(_Frozen):
@@ -119,6 +122,13 @@ class ProviderConfig(_Frozen):
         return v.rstrip("/")
 
 
+def _header_safe(v: str | None) -> str | None:
+    """Model names and endpoint ids are sent back in reply headers (x-gateway-endpoint, x-gateway-route)."""
+    if v is not None and not (v.isascii() and v.isprintable()):
+        raise ValueError("must be printable ASCII (it is sent in reply headers)")
+    return v
+
+
 class DeploymentConfig(_Frozen):
     model: str = Field(min_length=1)
     provider: str
@@ -129,6 +139,8 @@ class DeploymentConfig(_Frozen):
     context_window: int = Field(8192, gt=0)
     capabilities: Capabilities = Capabilities()
     routing: DeploymentRouting = DeploymentRouting()
+
+    _names_header_safe = field_validator("model", "id")(_header_safe)
 
     @property
     def endpoint_id(self) -> str:
@@ -195,6 +207,8 @@ class EngineConfig(_Frozen):
     capabilities: Capabilities = Capabilities()
     # Routing hints for every replica (default: one slot each, the engine's cache profile).
     routing: DeploymentRouting = DeploymentRouting(slots=1)
+
+    _name_header_safe = field_validator("served_model_name")(_header_safe)
 
     @model_validator(mode="after")
     def _external_needs_url(self) -> EngineConfig:

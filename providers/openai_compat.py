@@ -4,6 +4,7 @@ OpenRouter, vLLM, SGLang, Ollama, and (with its quirks, see `providers.llamacpp`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -146,19 +147,25 @@ def map_http_error(endpoint_id: str, status: int, headers: Mapping[str, str], bo
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """Seconds the upstream asks us to wait; None when it does not say, or says something no one can
+    wait (inf, nan, 1e400). Finite values are clamped by the gateway (`retry.max_retry_after_block`)."""
     raw_ms = headers.get("retry-after-ms")
     if raw_ms:
         try:
-            return max(0.0, float(raw_ms) / 1000.0)
+            ms = float(raw_ms)
         except ValueError:
-            pass
+            ms = math.nan
+        if math.isfinite(ms):
+            return max(0.0, ms / 1000.0)
     raw = headers.get("retry-after")
     if not raw:
         return None
     try:
-        return max(0.0, float(raw))
+        seconds = float(raw)
     except ValueError:
         pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
     try:
         when = parsedate_to_datetime(raw)
     except (TypeError, ValueError):

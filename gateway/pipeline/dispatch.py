@@ -20,7 +20,7 @@ from gateway.config import RetryConfig
 from gateway.errors import AllAttemptsFailed, ProviderError, ProviderStreamError, ProviderTimeout, Unavailable
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.fanout import fan_out, fan_out_count
-from gateway.routing.backoff import retry_delay
+from gateway.routing.backoff import clamp_retry_after, retry_delay
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.order import Ordering
 from providers.base import ParsedChunk, StreamTranslator
@@ -156,6 +156,7 @@ class Dispatcher:
                     if not isinstance(exc, ProviderError):
                         raise
                     last = exc
+                    exc.retry_after = clamp_retry_after(exc.retry_after, self._retry.max_retry_after_block)
                     if exc.counts_against_endpoint:
                         self._breaker.record(endpoint.id, False, self._clock(), exc.retry_after)
                     if not exc.fallback:

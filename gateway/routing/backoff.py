@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 from gateway.config import RetryConfig
@@ -20,3 +21,11 @@ def retry_delay(attempt: int, retry_after: float | None, cfg: RetryConfig, rng: 
     if retry_after is not None:
         delay = max(delay, retry_after)
     return delay
+
+
+def clamp_retry_after(value: float | None, limit: float) -> float | None:
+    """An upstream's Retry-After as the gateway honours it: at most `limit` seconds (no upstream
+    blocks an endpoint for good), None when it is not a finite number."""
+    if value is None or not math.isfinite(value):
+        return None
+    return min(max(0.0, value), limit)

@@ -12,6 +12,7 @@ other replicas published, as relative durations ("open for 12 s"), so clocks nev
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,8 +47,12 @@ _REMOTE_CLOSE_SLACK = 1.0
 
 
 class CircuitBreaker:
-    def __init__(self, config: BreakerConfig, listener: BreakerListener | None = None) -> None:
+    def __init__(
+        self, config: BreakerConfig, listener: BreakerListener | None = None, *, max_block_s: float = 300.0
+    ) -> None:
         self._cfg = config
+        # The longest block an upstream's Retry-After (or another replica) may impose.
+        self._max_block = max_block_s
         self.listener = listener
         self._bucket_seconds = config.window_seconds / _BUCKETS
         self._endpoints: dict[str, _Endpoint] = {}
@@ -88,7 +93,8 @@ class CircuitBreaker:
         if ep is None:
             # Successes count too: the failure rate is over every request in the window.
             ep = self._endpoints[endpoint_id] = _Endpoint()
-        if retry_after is not None and retry_after > 0:
+        if retry_after is not None and math.isfinite(retry_after) and retry_after > 0:
+            retry_after = min(retry_after, self._max_block)
             ep.blocked_until = max(ep.blocked_until, now + retry_after)
             self._tell(endpoint_id, None, retry_after)
         state = self.state(endpoint_id, now)
@@ -116,10 +122,10 @@ class CircuitBreaker:
                 ep.open_until = now + open_for
         elif ep is not None and ep.open_until is not None and ep.open_until - now > _REMOTE_CLOSE_SLACK:
             self._endpoints[endpoint_id] = ep = _Endpoint(blocked_until=ep.blocked_until)
-        if blocked_for > 0:
+        if math.isfinite(blocked_for) and blocked_for > 0:
             if ep is None:
                 ep = self._endpoints[endpoint_id] = _Endpoint()
-            ep.blocked_until = max(ep.blocked_until, now + blocked_for)
+            ep.blocked_until = max(ep.blocked_until, now + min(blocked_for, self._max_block))
 
     def shared_view(self, now: float) -> dict[str, tuple[float, float]]:
         """(open_for, blocked_for) of every endpoint that is open or blocked now: what to republish."""

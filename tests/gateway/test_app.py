@@ -134,3 +134,21 @@ def test_readyz_without_endpoints() -> None:
         resp = client.get("/readyz")
     assert resp.status_code == 503
     assert resp.json()["reason"] == "no endpoint is configured"
+
+
+@pytest.mark.parametrize(
+    "headers", [{"retry-after": "inf"}, {"retry-after-ms": "inf"}, {"retry-after": "1e306"}, {"retry-after": "2e305"}]
+)
+def test_a_hostile_retry_after_is_a_429_and_blocks_the_endpoint_for_at_most_the_limit(headers: dict[str, str]) -> None:
+    settings = load_config(
+        environ={},
+        providers=[{"name": "p", "base_url": "http://p.test/v1"}],
+        deployments=[{"model": "m", "provider": "p"}],
+    )
+    factory = lambda: MockHTTPClient(lambda request: MockResponse(429, headers, b'{"error": {"message": "slow down"}}'))  # noqa: E731
+    with TestClient(create_app(settings, client_factory=factory)) as client:
+        resp = client.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        assert resp.status_code == 429
+        assert 1 <= int(resp.headers.get("retry-after", "1")) <= 300
+        again = client.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "x"}]})
+        assert again.status_code in (429, 503) and again.json()["error"]["type"]  # still served, as JSON

@@ -283,3 +283,26 @@ def test_key_digest() -> None:
     assert key_digest(GATEWAY_SECRET) == digest
     assert key_digest("sha256:" + digest.upper()) == digest
     assert GatewayKey(name="a", key=GATEWAY_SECRET).digest == GatewayKey(name="b", key="sha256:" + digest).digest  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"deployments": [{"model": "模型", "provider": "a"}]}, "deployments.0.model"),
+        ({"deployments": [{"model": "m", "provider": "a", "id": "a/m\u2013eu"}]}, "deployments.0.id"),
+        ({"deployments": [{"model": "m\r\nx-injected: 1", "provider": "a"}]}, "deployments.0.model"),
+        ({"engines": [{"served_model_name": "smöll"}]}, "engines.0.served_model_name"),
+    ],
+)
+def test_names_that_reach_reply_headers_must_be_printable_ascii(overrides: dict[str, Any], field: str) -> None:
+    # Model names and endpoint ids go into x-gateway-endpoint / x-gateway-route: refused at load,
+    # not a 500 after the upstream has been billed.
+    message = config_error(providers=[{"name": "a", "base_url": "http://x"}], **overrides)
+    assert message.startswith(f"config error: {field}")
+    assert "printable ASCII" in message
+
+
+def test_retry_after_block_limit_is_finite_and_positive() -> None:
+    assert load_config(environ={}).retry.max_retry_after_block == 300.0
+    assert config_error(retry={"max_retry_after_block": "inf"}).startswith("config error: retry.max_retry_after_block")
+    assert config_error(retry={"max_retry_after_block": 0}).startswith("config error: retry.max_retry_after_block")

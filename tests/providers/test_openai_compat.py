@@ -294,6 +294,14 @@ def test_error_body_shapes() -> None:
         ({"retry-after": "-5"}, 0.0),
         ({"retry-after-ms": "x", "retry-after": "3"}, 3.0),
         ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),
+        # Not a number of seconds anyone can wait: ignored, never an infinite block.
+        ({"retry-after": "inf"}, None),
+        ({"retry-after": "Infinity"}, None),
+        ({"retry-after": "nan"}, None),
+        ({"retry-after": "1e400"}, None),
+        ({"retry-after-ms": "inf"}, None),
+        ({"retry-after-ms": "inf", "retry-after": "3"}, 3.0),
+        ({"retry-after-ms": "-inf"}, None),
     ],
 )
 def test_retry_after_seconds(headers: dict[str, str], expected: float | None) -> None:

@@ -222,6 +222,29 @@ async def test_retry_after_longer_than_the_limit_skips_to_the_next_candidate() -
     assert breaker.blocked_until("a/m") == pytest.approx(start + 30)
 
 
+@pytest.mark.parametrize("value", ["1e306", "1.8e305", "99999999999"])
+async def test_a_huge_retry_after_is_clamped_to_the_block_limit(value: str) -> None:
+    retry = RETRY.model_copy(update={"max_retry_after_block": 300.0})
+    dispatcher, upstreams, breaker, clock = setup({"a": [error(429, {"retry-after": value})]}, retry=retry)
+    start = clock()
+
+    with pytest.raises(AllAttemptsFailed) as info:
+        await dispatcher.dispatch(context(), Ordering((A,)))
+
+    # A 429 with a header the client can use, not a 500; the endpoint blocked for 300 s, not for good.
+    assert info.value.status_code == 429 and info.value.headers == {"retry-after": "300"}
+    assert breaker.blocked_until("a/m") == pytest.approx(start + 300)
+    assert clock.sleeps == []
+
+
+async def test_a_non_finite_retry_after_from_an_adapter_is_ignored() -> None:
+    dispatcher, upstreams, breaker, clock = setup(
+        {"a": [ProviderConnectError("down", endpoint="a/m", retry_after=float("inf"))], "b": [ok()]}
+    )
+    assert isinstance(await dispatcher.dispatch(context(), Ordering((A, B))), Completed)
+    assert breaker.blocked_until("a/m") == 0.0
+
+
 async def test_max_attempts_caps_the_whole_request() -> None:
     retry = RETRY.model_copy(update={"attempts_per_endpoint": 3, "max_attempts": 4})
     dispatcher, upstreams, _, _ = setup({"a": [error(500)], "b": [error(500)], "c": [ok()]}, retry=retry)

@@ -197,3 +197,23 @@ def test_snapshot() -> None:
     assert snap["b/m"]["window_failures"] == 1
     assert snap["b/m"]["blocked_for_s"] == 0.0  # 3 s from t=0 have passed
     assert breaker.snapshot(1)["b/m"]["blocked_for_s"] == 2.0
+
+
+def test_a_block_is_clamped_to_max_block_s_and_a_non_finite_one_ignored() -> None:
+    breaker = CircuitBreaker(CFG, max_block_s=300)
+    heard: list[tuple[str, float | None, float]] = []
+    breaker.listener = lambda *event: heard.append(event)
+    breaker.record(EP, False, 0, retry_after=float("inf"))
+    breaker.record(EP, False, 0, retry_after=float("nan"))
+    assert breaker.blocked_until(EP) == 0 and heard == []
+    breaker.record(EP, False, 0, retry_after=1e306)
+    assert breaker.blocked_until(EP) == 300
+    assert heard == [(EP, None, 300)]  # what other replicas hear is clamped too
+
+
+def test_a_shared_block_is_clamped_too() -> None:
+    breaker = CircuitBreaker(CFG, max_block_s=300)
+    breaker.merge_shared(EP, 0.0, 1e20, 10)
+    assert breaker.blocked_until(EP) == 310
+    breaker.merge_shared("other", 0.0, float("inf"), 10)
+    assert breaker.allows("other", 10)
