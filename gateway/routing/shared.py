@@ -36,6 +36,7 @@ from gateway.routing.snapshot import EndpointStatic, prior_for
 from gateway.state_store.base import (
     AffinityEntry,
     StateStore,
+    StoreRejected,
     StoreUnavailable,
     rate_key,
 )
@@ -44,6 +45,13 @@ from gateway.state_store.window import SlidingWindow
 log = logging.getLogger("gateway.state")
 
 AFFINITY_READ_LIMIT = 5000
+# A pending rate count stays well inside every store's integer range (Redis: below 1e17).
+MAX_RATE_DELTA = 10**15
+
+
+def _bounded(n: int) -> int:
+    return max(-MAX_RATE_DELTA, min(MAX_RATE_DELTA, n))
+
 # After a wake-up (a breaker change, an endpoint going idle), sync this soon rather than at once
 # (and so at most this often beyond the regular interval).
 WAKE_GAP_S = 0.05
@@ -123,6 +131,7 @@ class SharedState:
         self._down_since: float | None = None
         self.last_sync: float | None = None
         self.resyncs = 0
+        self.rate_deltas_dropped = 0  # refused by the store as values, never retried
         self._ticks = 0
         self._wake: asyncio.Event | None = None
         # Other replicas may read the store (any backend but an in-process memory store): worth
@@ -169,10 +178,13 @@ class SharedState:
             return
         key = rate_key("key", key_name or "-")
         window = self.cfg.rate_window_s
+        tokens = _bounded(tokens)
         result = None
         if self.store_ok is not False:
             try:
                 result = await self.store.rate_acquire(key, rpm=policy.rpm, tpm=policy.tpm, tokens=tokens, window_s=window)
+            except StoreRejected:
+                pass  # these counts, not the store: decided on the local window
             except StoreUnavailable as exc:
                 self._store_failed(exc)
         if result is None:
@@ -195,8 +207,12 @@ class SharedState:
 
     def _add_rate(self, key: str, requests: int, tokens: int) -> None:
         pending = self._rate_pending.setdefault(key, [0, 0])
-        pending[0] += requests
-        pending[1] += tokens
+        pending[0] = _bounded(pending[0] + requests)
+        pending[1] = _bounded(pending[1] + tokens)
+
+    def _drop_rates(self, rates: Mapping[str, list[int]], exc: StoreUnavailable) -> None:
+        self.rate_deltas_dropped += len(rates)
+        log.error("state store %s refused %d rate-limit count(s); they are dropped (%s)", self.store.name, len(rates), exc)
 
     def started(self, endpoint: Endpoint, prefill_tokens: int, tokens: int) -> None:
         self._inflight[endpoint.id] = self._inflight.get(endpoint.id, 0) + 1
@@ -271,7 +287,10 @@ class SharedState:
                 )
             counts = {e: (self._inflight.get(e, 0), self._prefill.get(e, 0)) for e in self._endpoint_ids}
             await self.store.inflight_report(self.replica, counts, max(4 * self.store_cfg.sync_interval_s, 1.0))
-            await self.store.rate_add({k: (v[0], v[1]) for k, v in rates.items()}, window)
+            try:
+                await self.store.rate_add({k: (v[0], v[1]) for k, v in rates.items()}, window)
+            except StoreRejected as exc:  # retrying the same counts would fail on every tick
+                self._drop_rates(rates, exc)
             latency_tick = came_back or self._ticks % self.store_cfg.latency_every == 0
             if latency_tick:
                 await self.store.latency_merge(latency, half_life)
@@ -408,6 +427,8 @@ class SharedState:
         if self.last_sync is not None:
             out["last_sync_age_s"] = round(now - self.last_sync, 3)
         out["resyncs"] = self.resyncs
+        if self.rate_deltas_dropped:
+            out["rate_deltas_dropped"] = self.rate_deltas_dropped
         return out
 
 

@@ -31,6 +31,11 @@ class StoreUnavailable(Exception):
     """The store cannot be reached or failed; the message says why, in one line."""
 
 
+class StoreRejected(StoreUnavailable):
+    """The store answered but refused the values themselves (a count out of its integer range):
+    retrying the same values cannot help, so the caller drops them."""
+
+
 @dataclass(frozen=True, slots=True)
 class RateResult:
     allowed: bool

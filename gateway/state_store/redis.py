@@ -27,13 +27,14 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from redis.retry import Retry
 
 from gateway.state_store.base import (
     AffinityEntry,
     BreakerShared,
     RateResult,
+    StoreRejected,
     StoreUnavailable,
 )
 from gateway.state_store.window import BUCKETS
@@ -234,6 +235,15 @@ return out
 """
 
 
+# Redis's answers when a value (not the server) is the trouble, e.g. HINCRBY past its range.
+_VALUE_ERRORS = ("not an integer or out of range", "would overflow", "is not a valid float")
+
+
+def _refuses_values(exc: ResponseError) -> bool:
+    text = str(exc)
+    return any(marker in text for marker in _VALUE_ERRORS)
+
+
 def _limit(value: int | None) -> int:
     return -1 if value is None else value
 
@@ -270,7 +280,8 @@ class RedisStore:
             async with asyncio.timeout(self._timeout * 4):
                 return await awaitable
         except (RedisError, OSError, TimeoutError) as exc:
-            raise StoreUnavailable(f"redis at {self.url}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")) from None
+            kind = StoreRejected if isinstance(exc, ResponseError) and _refuses_values(exc) else StoreUnavailable
+            raise kind(f"redis at {self.url}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")) from None
 
     async def ping(self) -> None:
         await self._call(self._r.ping())

@@ -7,7 +7,7 @@ import pytest
 from gateway.config import Price
 from gateway.pipeline.account import Accountant, RequestRecord, cost_usd
 from gateway.pipeline.context import RequestContext
-from providers.base import Usage
+from providers.base import MAX_USAGE_TOKENS, Usage
 
 PRICE = Price(input=2.0, cached_input=0.5, output=8.0)  # USD per 1M tokens
 
@@ -109,3 +109,16 @@ def test_usage_from_openai() -> None:
     assert Usage.from_openai({"prompt_tokens": 5, "completion_tokens": None, "prompt_tokens_details": None}) == Usage(
         5, 0, 0
     )
+
+
+def test_usage_from_openai_clamps_and_validates_what_the_upstream_claims() -> None:
+    huge = Usage.from_openai({"prompt_tokens": 10**17, "completion_tokens": 1e300, "prompt_tokens_details": {"cached_tokens": 5}})
+    assert huge == Usage(prompt_tokens=MAX_USAGE_TOKENS, completion_tokens=MAX_USAGE_TOKENS, cached_tokens=5)
+    garbage = Usage.from_openai(
+        {"prompt_tokens": "12", "completion_tokens": float("inf"), "prompt_tokens_details": {"cached_tokens": [1]}}
+    )
+    assert garbage == Usage(prompt_tokens=0, completion_tokens=0, cached_tokens=0)
+    assert Usage.from_openai({"prompt_tokens": -5, "completion_tokens": True, "total_tokens": 1}) == Usage(0, 0, 0)
+    assert Usage.from_openai({"prompt_tokens": 7.0, "prompt_tokens_details": "x"}) == Usage(7, 0, 0)
+    assert Usage.from_openai(["not", "a", "mapping"]) is None  # type: ignore[arg-type]
+    assert Usage.from_openai("usage") is None  # type: ignore[arg-type]

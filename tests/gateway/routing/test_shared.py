@@ -15,7 +15,7 @@ from gateway.routing.affinity import CacheProfile
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.settings import KeyPolicy, RoutingConfig, StateStoreConfig
 from gateway.routing.shared import SharedState
-from gateway.state_store.base import StoreUnavailable
+from gateway.state_store.base import StoreRejected, StoreUnavailable
 from gateway.state_store.memory import MemoryStore
 from tests.fakes.clock import FakeClock
 from tests.gateway.routing.helpers import endpoint, features, local
@@ -226,3 +226,58 @@ def test_snapshot_reads_cache_residence_from_the_index(pair: Any) -> None:
     snap = r1.snapshot()
     assert snap.residence("l-0") == pytest.approx(7.0)  # evicting: its oldest block is 7 s old
     assert snap.residence("l-1") is None  # room left
+
+
+async def test_a_huge_retry_after_reaches_the_store_clamped(pair: Any) -> None:
+    r1, r2, clock = pair
+    r1.breaker.record("l-1", False, clock(), retry_after=1e306)
+    await sync(r1, r2)  # the push does not overflow converting it to milliseconds
+    assert r2.snapshot().blocked("l-1") == "retry_after"
+    assert r2.breaker.blocked_until("l-1") == pytest.approx(clock() + 300)
+
+
+class RefusingStore(FlakyStore):
+    """Answers everything, but refuses every rate count as out of range (what Redis does past 1e17)."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        super().__init__(inner)
+        self.rate_adds = 0
+
+    async def rate_add(self, deltas: Any, window_s: float) -> None:
+        if not deltas:
+            return
+        self.rate_adds += 1
+        raise StoreRejected("ERR value is not an integer or out of range")
+
+
+async def test_a_rate_count_the_store_refuses_is_dropped_and_counted_not_retried(caplog: Any) -> None:
+    clock = FakeClock()
+    store = RefusingStore(MemoryStore(clock))
+    r = replica(store, clock, "r1")
+    r.adjust_deployment_tokens("cloud/m", 10**17)
+    with caplog.at_level(logging.ERROR, logger="gateway.state"):
+        assert await r.sync_once()  # the store answered: it is not "unavailable"
+    assert r.store_ok and r.status()["ok"] and r.status()["rate_deltas_dropped"] == 1
+    assert "refused 1 rate-limit count" in caplog.text
+    assert await r.sync_once()
+    assert store.rate_adds == 1  # nothing left to push: the refused count was not requeued
+
+
+def test_pending_rate_counts_stay_inside_the_stores_range(pair: Any) -> None:
+    r1, _, _ = pair
+    for _ in range(200):
+        r1.adjust_deployment_tokens("cloud/m", 10**17)
+    assert 0 < r1._rate_pending["dep:cloud/m"][1] < 10**17
+
+
+async def test_an_admission_the_store_refuses_is_decided_locally_without_marking_it_down(pair: Any) -> None:
+    clock = FakeClock()
+    store = RefusingStore(MemoryStore(clock))
+
+    async def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise StoreRejected("ERR value is not an integer or out of range")
+
+    store.rate_acquire = refuse  # type: ignore[method-assign]
+    r = replica(store, clock, "r1")
+    await r.admit_key("team", KeyPolicy(rpm=10), 10**17)
+    assert r.store_ok is not False
