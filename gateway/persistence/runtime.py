@@ -39,7 +39,7 @@ class Persistence:
         self.wall = wall
         self.db = Database.from_config(settings.database)
         self.stats = WriterStats()
-        self.spill = SpillFile(cfg.spill_path, cfg.spill_max_bytes)
+        self.spill = SpillFile(cfg.spill_path, cfg.spill_max_bytes, repair=True)
         self.queue = RecordQueue(cfg.queue_size, cfg.batch_size, self.spill, self.stats, wall=wall)
         store = (
             ProcessStore(settings.database)

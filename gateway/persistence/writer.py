@@ -153,7 +153,8 @@ class RecordWriter:
         left = self._queue.take(len(self._queue))
         for item in left:
             self._queue.overflow(item)
-        self._spill.close()
+        self._spill.release()
+        await asyncio.to_thread(self._spill.settle)  # the fsync, off the event loop
         await self._store.aclose()
         if left:
             log.info("persistence: %d request record(s) spilled to %s at shutdown", len(left), self._spill.path)
@@ -198,6 +199,7 @@ class RecordWriter:
     async def _replay(self) -> None:
         if not self._spill.rotate():
             return
+        await asyncio.to_thread(self._spill.settle)  # the rotated file's fsync, off the event loop
         log.info("persistence: replaying spilled request records from %s", self._spill.replay_path)
         written, refused = await self._store.replay(self._spill, self._cfg.batch_size)
         self._spill.finish_replay()  # the store removed the file; forget its size here too

@@ -71,3 +71,44 @@ def test_size_limit(tmp_path: Path) -> None:
     with pytest.raises(SpillFull):
         spill.append(1.0, record("r"))
     spill.close()
+
+
+def test_a_torn_last_line_is_repaired_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "spill.jsonl"
+    whole = encode_line(1.0, record("whole"))
+    torn = encode_line(2.0, record("torn"))[:40]  # SIGKILL mid-write: no newline
+    path.write_bytes(whole + torn)
+
+    spill = SpillFile(path, max_bytes=1 << 20, repair=True)
+    assert spill.size == len(whole)  # the torn fragment is cut, not counted
+    spill.append(3.0, record("next"))  # would otherwise merge with the fragment into one bad line
+    assert spill.rotate()
+    spill.settle()
+    (batch, _), = spill.replay_batches(10)
+    assert [r.request_id for _, r in batch] == ["whole", "next"]
+
+
+def test_a_file_that_is_only_a_torn_line_is_emptied(tmp_path: Path) -> None:
+    path = tmp_path / "spill.jsonl"
+    path.write_bytes(b'{"at": 1.0, "rec')
+    assert SpillFile(path, max_bytes=1 << 20).size == 16  # a reader beside the appender leaves it be
+    spill = SpillFile(path, max_bytes=1 << 20, repair=True)
+    assert spill.size == 0 and not spill.pending()
+    assert path.read_bytes() == b""
+
+
+def test_rotation_leaves_the_fsync_to_settle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gateway.persistence.spill as spill_module
+
+    synced: list[int] = []
+    monkeypatch.setattr(spill_module.os, "fsync", lambda fd: synced.append(fd))
+    spill = SpillFile(tmp_path / "spill.jsonl", max_bytes=1 << 20)
+    spill.append(1.0, record("a"))
+    assert spill.rotate()
+    assert synced == []  # rotate runs on the event loop: no fsync there
+    spill.append(2.0, record("b"))  # the fresh file takes appends meanwhile
+    spill.settle()  # what the writer runs in a thread
+    assert len(synced) == 1
+    (batch, _), = spill.replay_batches(10)
+    assert [r.request_id for _, r in batch] == ["a"]
+    spill.close()

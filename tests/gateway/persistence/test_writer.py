@@ -236,3 +236,24 @@ async def test_an_unserialisable_record_past_the_queue_bound_is_dropped_not_rais
     assert stats.unserialisable == 1 and stats.spilled == 1
     spill.rotate()
     assert [r.request_id for b, _ in spill.replay_batches(10) for _, r in b] == ["spilled"]
+
+
+async def test_the_replay_rotation_fsyncs_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    import gateway.persistence.spill as spill_module
+
+    threads: list[str] = []
+    real_fsync = spill_module.os.fsync
+    monkeypatch.setattr(spill_module.os, "fsync", lambda fd: (threads.append(threading.current_thread().name), real_fsync(fd)))
+    store = Store()
+    store.down = True
+    queue, writer, stats, spill = build(tmp_path, store, queue_size=2)
+    writer.start()
+    for i in range(6):
+        queue.submit(record(f"r{i}"))
+    await until(lambda: stats.write_errors >= 1 and spill.pending())
+    store.down = False
+    await until(lambda: stats.written + stats.replayed == 6 and not spill.pending())
+    await writer.aclose()
+    assert threads and threading.main_thread().name not in threads
