@@ -13,6 +13,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
+from gateway.background import Deadline, LoopHealth
 from gateway.catalog import Catalog, Endpoint, endpoints_from_settings
 from gateway.config import Settings
 from gateway.health_states import HealthStates
@@ -28,7 +29,7 @@ from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.router import Router
-from gateway.routing.shared import SharedState
+from gateway.routing.shared import SharedState, sync_limit_s
 from gateway.state import AppState
 from gateway.state_store import StateStore, open_store
 from probes.toolcalls.checker import ProcessChecker
@@ -62,16 +63,22 @@ def build_state(
     prices = {ep.id: ep.deployment.price for ep in catalog.endpoints}
     dispatcher = Dispatcher(client, breaker, settings.retry, timeouts_from(settings), clock=clock, rng=rng or random.Random())
     health_states = HealthStates()
+    loops = LoopHealth()
     persistence = None
     if settings.persistence.enabled:
         from gateway.persistence.runtime import Persistence  # keeps SQLAlchemy out of start-up when off
 
-        persistence = Persistence(settings)
-    metrics = build_metrics(catalog, breaker, health_states, clock, persistence) if settings.metrics.enabled else None
+        persistence = Persistence(settings, loops=loops)
+    metrics = (
+        build_metrics(catalog, breaker, health_states, clock, persistence, loops=loops) if settings.metrics.enabled else None
+    )
     sinks = tuple(s for s in (metrics.sink if metrics else None, persistence.queue if persistence else None) if s is not None)
     keep_bodies = settings.persistence.enabled and settings.persistence.store_bodies
     store = store or open_store(settings.state_store)
-    shared = SharedState(settings.routing, settings.state_store, catalog, store, breaker, health=health_states, clock=clock)
+    sync_beat = loops.register("state_sync", sync_limit_s(settings.state_store), logging.getLogger("gateway.state"))
+    shared = SharedState(
+        settings.routing, settings.state_store, catalog, store, breaker, health=health_states, clock=clock, beat=sync_beat
+    )
     router = Router(settings.routing, catalog, shared, clock=clock, rng=random.Random(rng.random()) if rng else None)
     dispatcher.observer = router
     tool_monitor = ToolCallMonitor(
@@ -101,7 +108,47 @@ def build_state(
         router=router,
         shared=shared,
         tool_monitor=tool_monitor,
+        loops=loops,
     )
+
+
+# Of `server.shutdown_timeout_s`: what uvicorn may spend draining in-flight requests and streams
+# (first), what closing the background work may take after it, and what stopping local engines takes.
+DRAIN_SHARE = 0.5
+ENGINE_STOP_RESERVE_S = 5.0
+
+
+def drain_timeout(settings: Settings) -> float:
+    return settings.server.shutdown_timeout_s * DRAIN_SHARE
+
+
+def closing_budget(settings: Settings) -> float:
+    """The lifespan's share when no server started the deadline (in-process tests, embedding)."""
+    return settings.server.shutdown_timeout_s - drain_timeout(settings)
+
+
+async def close_within(state: AppState, scheduler: Any, client: HTTPClient, deadline: Deadline, engines: bool) -> None:
+    """Close the background work in order, each step bounded by what is left of the one shutdown
+    budget (keeping enough for the steps after it); a step that overruns is cut short and logged."""
+    settings = state.settings
+    engine_stop = ENGINE_STOP_RESERVE_S if engines else 0.0
+    last_push = min(settings.state_store.timeout_s * 8, 2.0)
+    later = engine_stop + last_push + 0.5
+    if scheduler is not None:
+        await deadline.run(scheduler.aclose(), "the probe scheduler", reserve=later)
+    if state.tool_monitor is not None:  # checks and confirmation runs in flight, and its worker
+        await deadline.run(state.tool_monitor.aclose(), "the tool-call monitor", reserve=later)
+    if state.persistence is not None:  # flushes the record queue, spills what the database does not take
+        await deadline.run(
+            state.persistence.aclose(timeout=max(0.0, deadline.remaining() - later)), "persistence", reserve=later - 0.5
+        )
+    assert state.shared is not None
+    await deadline.run(
+        state.shared.aclose(timeout=max(0.0, min(last_push, deadline.remaining() - engine_stop - 0.5))),
+        "the state store's last push",
+        reserve=engine_stop,
+    )
+    await deadline.run(client.aclose(), "the upstream client", reserve=engine_stop)
 
 
 def create_app(
@@ -113,7 +160,10 @@ def create_app(
     clock: Callable[[], float] = time.perf_counter,
     rng: random.Random | None = None,
     store: StateStore | None = None,
+    shutdown: Deadline | None = None,
 ) -> Starlette:
+    """`shutdown`: the server's shutdown deadline (`gwctl serve` starts it when uvicorn begins to
+    drain); without one the lifespan closes within `closing_budget`."""
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, AppState]]:
         client = client_factory()  # inside the running loop: the client binds to it
@@ -139,14 +189,7 @@ def create_app(
         try:
             yield {"gw": state}
         finally:
-            if scheduler is not None:
-                await scheduler.aclose()
-            if state.tool_monitor is not None:
-                await state.tool_monitor.aclose()  # checks and confirmation runs in flight, and its worker
-            if state.persistence is not None:
-                await state.persistence.aclose()  # flushes the record queue
-            await state.shared.aclose()
-            await client.aclose()
+            await close_within(state, scheduler, client, shutdown or Deadline(closing_budget(settings)), bool(engines))
 
     return GatewayApp(
         fast_routes=openai_routes.fast_routes,

@@ -46,6 +46,9 @@ class ServerConfig(_Frozen):
     # Trust X-Forwarded-For/-Proto from these proxy addresses (e.g. ["127.0.0.1"] behind a local
     # nginx). Empty: the headers are ignored and the middleware that reads them is not installed.
     forwarded_allow_ips: tuple[str, ...] = ()
+    # The whole shutdown (draining in-flight requests and streams first, then the background work,
+    # then local engines) fits in this budget: under Kubernetes' default 30 s grace period.
+    shutdown_timeout_s: float = Field(25.0, gt=0, allow_inf_nan=False)
 
 
 class TimeoutConfig(_Frozen):
@@ -224,6 +227,9 @@ class DatabaseConfig(_Frozen):
     url: str = "sqlite:///./gateway.db"
     connect_timeout: float = Field(5.0, gt=0)
     pool_size: int = Field(5, ge=1, le=100)
+    # PostgreSQL's statement_timeout for the gateway's sessions, and (with connect_timeout) how long
+    # an unacknowledged send may wait on a half-open connection (tcp_user_timeout).
+    statement_timeout: float = Field(30.0, gt=0)
 
     @field_validator("url")
     @classmethod
@@ -255,6 +261,8 @@ class PersistenceConfig(_Frozen):
     # How often each replica re-reads gateway keys and manual endpoint states from the database.
     refresh_interval: float = Field(5.0, gt=0)
     shutdown_timeout: float = Field(10.0, gt=0)
+    # A batch write or a refresh that takes longer counts as the database being down (retried).
+    write_timeout: float = Field(30.0, gt=0)
 
 
 class RetentionConfig(_Frozen):

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gateway.background import LoopHealth
 from gateway.catalog import Catalog
 from gateway.health_states import STATES, HealthStates
 from gateway.pipeline.account import RequestRecord
@@ -229,15 +230,45 @@ class PersistenceCollector(Collector):
             yield CounterMetricFamily(f"gateway_persistence_{name}", doc, value=value)
 
 
+class LoopCollector(Collector):
+    """Each background loop's last success (unix seconds), failures and staleness, read at scrape time."""
+
+    def __init__(self, loops: LoopHealth) -> None:
+        self._loops = loops
+
+    def collect(self) -> Iterator[Metric]:
+        last = GaugeMetricFamily(
+            "gateway_background_last_success_timestamp_seconds",
+            "When the background loop last completed a round (unix seconds).",
+            labels=["loop"],
+        )
+        stale = GaugeMetricFamily(
+            "gateway_background_stale", "1 when the loop has not succeeded within its limit.", labels=["loop"]
+        )
+        failures = CounterMetricFamily(
+            "gateway_background_failures", "Unexpected exceptions in the loop (each logged; the loop goes on).", labels=["loop"]
+        )
+        for name, beat in self._loops.loops.items():
+            if beat.last_success is not None:
+                last.add_metric([name], beat.last_success)
+            stale.add_metric([name], 1.0 if beat.stale() else 0.0)
+            failures.add_metric([name], beat.failures)
+        yield from (last, stale, failures)
+
+
 def build_metrics(
     catalog: Catalog,
     breaker: CircuitBreaker,
     health: HealthStates,
     clock: Callable[[], float],
     persistence: Any = None,
+    *,
+    loops: LoopHealth | None = None,
 ) -> GatewayMetrics:
     metrics = GatewayMetrics(catalog)
     metrics.add_collector(EndpointStateCollector(catalog, breaker, health, clock))
     if persistence is not None:
         metrics.add_collector(PersistenceCollector(persistence))
+    if loops is not None:
+        metrics.add_collector(LoopCollector(loops))
     return metrics

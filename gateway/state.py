@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.admin_sessions import SessionStore
+from gateway.background import LoopHealth
 from gateway.catalog import Catalog
 from gateway.config import Settings
 from gateway.health_states import HealthStates
@@ -51,3 +52,5 @@ class AppState:
     probes: Any = None
     # Passive tool-call validation of live responses (counts per endpoint; an alarm starts the suite).
     tool_monitor: ToolCallMonitor | None = None
+    # The background loops' heartbeats (/readyz, /metrics).
+    loops: LoopHealth = field(default_factory=LoopHealth)

@@ -16,7 +16,7 @@ import random
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
-from gateway.background import cancel_and_wait
+from gateway.background import Heartbeat, cancel_and_wait, run_forever
 from gateway.health_states import HealthStates
 from gateway.state_store import StoreUnavailable
 from probes.runner import ProbeRunner
@@ -25,6 +25,8 @@ from probes.settings import ProbeSettings
 log = logging.getLogger("gateway.probes")
 
 MAX_SLEEP = 60.0  # wake at least this often (a catalog or state change is picked up by then)
+# No progress (a job done, a round ended) for this long: the scheduler is stuck (/readyz says so).
+SCHEDULER_LIMIT_S = 900.0
 
 
 class Lease(Protocol):
@@ -49,8 +51,11 @@ class ProbeScheduler:
         clock: Callable[[], float],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
+        beat: Heartbeat | None = None,
     ) -> None:
         self.runner = runner
+        # Beats after every job and every round: a probe run that hangs makes /readyz say so.
+        self.beat = beat or Heartbeat("probe scheduler", SCHEDULER_LIMIT_S, log=log)
         self.settings = settings
         self.health = health
         self.lease = lease
@@ -105,6 +110,7 @@ class ProbeScheduler:
             else:
                 self.skipped += 1
             self._reschedule(job, self.clock())
+            self.beat.ok()
         self.runs += ran
         return ran
 
@@ -113,14 +119,11 @@ class ProbeScheduler:
         return min(MAX_SLEEP, max(0.0, soonest - self.clock()))
 
     async def run_forever(self) -> None:
-        while True:
-            try:
-                await self.tick()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the loop outlives anything a round throws
-                log.exception("probes: scheduler round failed")
-            await self.sleep(max(0.05, self.seconds_to_next()))
+        # The loop outlives anything a round throws (gateway.background.run_forever).
+        await run_forever(self.tick, self._pause, self.beat, sleep=self.sleep)
+
+    async def _pause(self) -> None:
+        await self.sleep(max(0.05, self.seconds_to_next()))
 
     def start(self) -> None:
         if self._task is None:
@@ -142,4 +145,5 @@ def build_scheduler(state: Any, runner: ProbeRunner, *, clock: Callable[[], floa
         endpoints=[ep.id for ep in state.catalog.endpoints],
         owner=state.shared.replica,
         clock=clock or runner.wall,
+        beat=state.loops.register("probe_scheduler", SCHEDULER_LIMIT_S, log) if getattr(state, "loops", None) else None,
     )

@@ -7,12 +7,14 @@ import asyncio
 import gc
 import logging
 import signal
+import socket
 import sys
 from typing import Any
 
 import uvicorn
 
-from gateway.app import create_app
+from gateway.app import create_app, drain_timeout
+from gateway.background import Deadline
 from gateway.config import Settings, load_config
 from gateway.engines import all_engine_endpoints
 
@@ -104,15 +106,25 @@ async def serve(settings: Settings) -> int:
         print(f"gwctl: {exc.message}", file=sys.stderr)
         return 2
     finally:
-        for supervisor in reversed(supervisors):
-            await supervisor.stop()
+        # Together, not one after another: each has its own grace period (the budget's engine share).
+        await asyncio.gather(*(supervisor.stop() for supervisor in reversed(supervisors)), return_exceptions=True)
 
 
-async def _serve_gateway(settings: Settings, supervisors: list[Any]) -> int:
-    app = create_app(
-        settings, extra_endpoints=all_engine_endpoints(settings.engines, supervisors), engines=supervisors
-    )
-    config = uvicorn.Config(
+class GatewayServer(uvicorn.Server):
+    """uvicorn's server, starting the shutdown deadline the moment it begins to drain: draining
+    in-flight requests and streams, then the lifespan's closing, share one budget."""
+
+    def __init__(self, config: uvicorn.Config, deadline: Deadline) -> None:
+        super().__init__(config)
+        self.deadline = deadline
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.deadline.start()
+        await super().shutdown(sockets)
+
+
+def server_config(app: Any, settings: Settings) -> uvicorn.Config:
+    return uvicorn.Config(
         app,
         host=settings.server.host,
         port=settings.server.port,
@@ -121,11 +133,22 @@ async def _serve_gateway(settings: Settings, supervisors: list[Any]) -> int:
         lifespan="on",
         access_log=False,
         log_level=settings.server.log_level,
-        timeout_graceful_shutdown=10,
+        # In-flight requests and streams drain first, for at most this share of the budget.
+        timeout_graceful_shutdown=drain_timeout(settings),  # type: ignore[arg-type]
         proxy_headers=bool(settings.server.forwarded_allow_ips),
         forwarded_allow_ips=list(settings.server.forwarded_allow_ips) or None,
     )
-    server = uvicorn.Server(config)
+
+
+async def _serve_gateway(settings: Settings, supervisors: list[Any]) -> int:
+    deadline = Deadline(settings.server.shutdown_timeout_s)
+    app = create_app(
+        settings,
+        extra_endpoints=all_engine_endpoints(settings.engines, supervisors),
+        engines=supervisors,
+        shutdown=deadline,
+    )
+    server = GatewayServer(server_config(app, settings), deadline)
     # uvicorn re-raises SIGINT/SIGTERM after its graceful shutdown, with the handlers it found
     # installed; make those no-ops so our caller still stops the engines cleanly.
     previous = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGINT, signal.SIGTERM)}

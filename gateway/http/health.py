@@ -31,6 +31,12 @@ async def readyz(request: Request) -> Response:
     if state.shared is not None:
         # A store outage does not make the gateway unready: it serves on local state, and says so.
         body["state_store"] = state.shared.status()
+    # A background loop that has not completed a round within its limit is stuck (or dying on a bug).
+    stuck = state.loops.stale()
+    if stuck:
+        ok = False
+        body["status"] = "not_ready"
+        body["background_stale"] = stuck
     return Response(orjson.dumps(body), status_code=200 if ok else 503, media_type="application/json")
 
 

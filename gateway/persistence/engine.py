@@ -42,8 +42,23 @@ def make_engine(config: DatabaseConfig) -> Engine:
         pool_pre_ping=True,
         pool_recycle=1800,
         pool_timeout=config.connect_timeout,
-        connect_args={"connect_timeout": max(1, round(config.connect_timeout))},
+        connect_args=postgres_connect_args(config),
     )
+
+
+def postgres_connect_args(config: DatabaseConfig) -> dict[str, Any]:
+    """libpq settings that bound every wait: a statement (server side), and a half-open
+    connection (unacknowledged data, idle keepalives), which would otherwise block a thread for good."""
+    statement_ms = max(1, round(config.statement_timeout * 1000))
+    return {
+        "connect_timeout": max(1, round(config.connect_timeout)),
+        "options": f"-c statement_timeout={statement_ms} -c idle_in_transaction_session_timeout={statement_ms * 2}",
+        "tcp_user_timeout": statement_ms + max(1000, round(config.connect_timeout * 1000)),
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+    }
 
 
 def _sqlite_engine(url: URL, config: DatabaseConfig) -> Engine:

@@ -14,6 +14,10 @@ import time
 from collections.abc import Callable
 from functools import partial
 
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as SATimeoutError
+
+from gateway.background import LoopHealth
 from gateway.catalog import Catalog
 from gateway.config import Settings
 from gateway.health_states import HealthStates, Transition
@@ -25,18 +29,25 @@ from gateway.persistence.refresher import Refresher
 from gateway.persistence.requests import write_batch
 from gateway.persistence.retention import enforce
 from gateway.persistence.spill import SpillFile
-from gateway.persistence.stores import ProcessStore, ThreadStore
-from gateway.persistence.writer import RecordQueue, RecordWriter, WriterStats
+from gateway.persistence.stores import ProcessStore, StoreError, ThreadStore
+from gateway.persistence.writer import RecordQueue, RecordWriter, WriterStats, writer_limit_s
 from gateway.pipeline.auth import Authenticator
 
 log = logging.getLogger("gateway.persistence")
 
+# What a database job's failure means when the database is away (the job is fine, it retries);
+# anything else is a bug, logged with its traceback (gateway.background).
+DATABASE_OUTAGES: tuple[type[BaseException], ...] = (OperationalError, InterfaceError, SATimeoutError, StoreError, OSError, TimeoutError)
+
 
 class Persistence:
-    def __init__(self, settings: Settings, *, wall: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, settings: Settings, *, wall: Callable[[], float] = time.time, loops: LoopHealth | None = None
+    ) -> None:
         cfg = settings.persistence
         self.settings = settings
         self.wall = wall
+        self.loops = loops or LoopHealth()
         self.db = Database.from_config(settings.database)
         self.stats = WriterStats()
         self.spill = SpillFile(cfg.spill_path, cfg.spill_max_bytes, repair=True)
@@ -46,7 +57,9 @@ class Persistence:
             if cfg.writer == "process"
             else ThreadStore(partial(write_batch, self.db.engine))
         )
-        self.writer = RecordWriter(self.queue, self.spill, store, cfg, self.stats)
+        self.writer = RecordWriter(
+            self.queue, self.spill, store, cfg, self.stats, beat=self.loops.register("record_writer", writer_limit_s(cfg), log)
+        )
         self._jobs: list[Periodic] = []
         self._closing = threading.Event()  # stops a retention pass between batches
         self._synced = False
@@ -70,19 +83,34 @@ class Persistence:
             )
         self.writer.start()
         cfg = self.settings.persistence
+        retention = self.settings.retention.interval
         self._jobs = [
-            Periodic("refresh keys and endpoint states", cfg.refresh_interval, self._refresh),
-            Periodic("retention", self.settings.retention.interval, self.enforce_retention),
+            Periodic(
+                "refresh keys and endpoint states",
+                cfg.refresh_interval,
+                self._refresh,
+                beat=self.loops.register("key_refresh", 3 * (cfg.refresh_interval + cfg.write_timeout), log),
+                outages=DATABASE_OUTAGES,
+            ),
+            Periodic(
+                "retention",
+                retention,
+                self.enforce_retention,
+                # A pass deletes in small batches with pauses: it may run long.
+                beat=self.loops.register("retention", 2 * retention + 3600, log),
+                outages=DATABASE_OUTAGES,
+            ),
         ]
         for job in self._jobs:
             job.start()
 
     async def _refresh(self) -> None:
         assert self._refresher is not None and self._catalog is not None
-        await self._refresher.refresh()
-        if not self._synced:
-            await self.db.run(sync_catalog, self.settings, self._catalog.endpoints, self.wall())
-            self._synced = True
+        async with asyncio.timeout(self.settings.persistence.write_timeout):  # a stalled read is an outage
+            await self._refresher.refresh()
+            if not self._synced:
+                await self.db.run(sync_catalog, self.settings, self._catalog.endpoints, self.wall())
+                self._synced = True
 
     async def enforce_retention(self) -> dict[str, int]:
         deleted = await self.db.run(enforce, self.settings.retention, now=self.wall(), stop=self._closing.is_set)
@@ -105,9 +133,17 @@ class Persistence:
             return False
         return True
 
-    async def aclose(self) -> None:
+    async def aclose(self, timeout: float | None = None) -> None:
+        """Stop the jobs, flush the queue (what the database does not take spills), close the
+        database; within `timeout` seconds when given (the app's shutdown budget)."""
+        end = None if timeout is None else time.monotonic() + timeout
         self._closing.set()
         for job in self._jobs:
             await job.aclose()
-        await self.writer.aclose()
-        await asyncio.get_running_loop().run_in_executor(None, self.db.close)  # waits for queries in flight
+        # Most of the budget is the flush's; closing the store and the database get the rest.
+        await self.writer.aclose(None if timeout is None else timeout * 0.8)
+        close = asyncio.get_running_loop().run_in_executor(None, self.db.close)  # waits for queries in flight
+        try:
+            await asyncio.wait_for(close, None if end is None else max(0.1, end - time.monotonic()))
+        except TimeoutError:
+            log.warning("persistence: database queries still running at the end of the shutdown budget")

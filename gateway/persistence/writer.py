@@ -21,18 +21,25 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gateway.background import Heartbeat
 from gateway.config import PersistenceConfig
 import orjson
 
 from gateway.persistence.records import Stamped, encode_row
 from gateway.persistence.spill import SpillFile, SpillFull
-from gateway.persistence.stores import BatchStore
+from gateway.persistence.stores import BatchStore, StoreError
 from gateway.pipeline.account import RequestRecord
 
 log = logging.getLogger("gateway.persistence")
 
 # Log a warning about the same trouble at most this often (seconds).
 LOG_EVERY = 10.0
+
+
+def writer_limit_s(cfg: PersistenceConfig) -> float:
+    """How long the writer may go without progress (a batch written, or a failed round handled)
+    before /readyz calls it stuck: one write's timeout and one retry pause, twice over."""
+    return max(60.0, 2 * (cfg.flush_interval + cfg.retry_max + cfg.write_timeout))
 
 
 @dataclass(slots=True)
@@ -126,6 +133,8 @@ class RecordWriter:
         store: BatchStore,
         config: PersistenceConfig,
         stats: WriterStats,
+        *,
+        beat: Heartbeat | None = None,
     ) -> None:
         self._queue = queue
         self._spill = spill
@@ -135,17 +144,22 @@ class RecordWriter:
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._last_error_log = float("-inf")
+        # Progress of the loop: every round (written or failed and retried) counts; a stuck one does not.
+        self.beat = beat or Heartbeat("record writer", writer_limit_s(config), log=log)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="gateway-record-writer")
 
-    async def aclose(self) -> None:
-        """Flush: write what is queued within the shutdown timeout, spill whatever is left."""
+    async def aclose(self, budget: float | None = None) -> None:
+        """Flush: write what is queued within the shutdown timeout (and `budget`, what the app's
+        shutdown leaves for it), spill whatever is left."""
         self._stop.set()
         self._queue.ready.set()
+        flush = self._cfg.shutdown_timeout if budget is None else min(self._cfg.shutdown_timeout, budget * 0.75)
+        end = time.monotonic() + (self._cfg.shutdown_timeout + 5.0 if budget is None else budget)
         if self._task is not None:
             try:
-                await asyncio.wait_for(self._task, self._cfg.shutdown_timeout)
+                await asyncio.wait_for(self._task, flush)
             except TimeoutError:
                 log.warning("persistence: the database did not take the last records in time; spilling them")
             except Exception:  # the task failed: still spill below
@@ -154,8 +168,12 @@ class RecordWriter:
         for item in left:
             self._queue.overflow(item)
         self._spill.release()
-        await asyncio.to_thread(self._spill.settle)  # the fsync, off the event loop
-        await self._store.aclose()
+        try:
+            async with asyncio.timeout(max(0.1, end - time.monotonic())):
+                await asyncio.to_thread(self._spill.settle)  # the fsync, off the event loop
+                await self._store.aclose()
+        except TimeoutError:
+            log.warning("persistence: closing the spill file and the store overran the shutdown budget")
         if left:
             log.info("persistence: %d request record(s) spilled to %s at shutdown", len(left), self._spill.path)
 
@@ -164,14 +182,16 @@ class RecordWriter:
         while not self._stop.is_set():
             await self._wait(self._queue.ready, self._cfg.flush_interval)
             self._queue.ready.clear()
-            self._spill.flush()
             try:
+                self._spill.flush()
                 await self._flush(replay=not self._stop.is_set())
-            except Exception as exc:
+            except Exception as exc:  # nothing ends this loop: a failed round is retried
                 self._failed(exc)
+                self.beat.ok()
                 await self._wait(self._stop, delay)
                 delay = min(delay * 2, self._cfg.retry_max)
                 continue
+            self.beat.ok()
             delay = self._cfg.retry_initial
         try:  # last flush at shutdown: the queue only, no replay
             await self._flush(replay=False)
@@ -183,7 +203,11 @@ class RecordWriter:
             await self._replay()
         while batch := self._queue.take(self._cfg.batch_size):
             try:
-                rejected = await self._store.write(batch)
+                async with asyncio.timeout(self._cfg.write_timeout):  # a stalled write counts as down
+                    rejected = await self._store.write(batch)
+            except TimeoutError:
+                self._queue.put_back(batch)
+                raise StoreError(f"a batch write took longer than {self._cfg.write_timeout:g} s") from None
             except (TypeError, ValueError):
                 batch = self._drop_unserialisable(batch)
                 if batch is None:  # every record encodes: not a serialisation failure
@@ -195,13 +219,21 @@ class RecordWriter:
                 raise
             self._count(len(batch) - len(rejected), len(rejected), rejected[0][1].request_id if rejected else None)
             self._recovered()
+            self.beat.ok()  # progress, batch by batch
 
     async def _replay(self) -> None:
         if not self._spill.rotate():
             return
         await asyncio.to_thread(self._spill.settle)  # the rotated file's fsync, off the event loop
         log.info("persistence: replaying spilled request records from %s", self._spill.replay_path)
-        written, refused = await self._store.replay(self._spill, self._cfg.batch_size)
+        # A write timeout per MiB: a big file takes long, a stalled database still counts as down.
+        limit = self._cfg.write_timeout * (1 + self._spill.size / 2**20)
+        self.beat.expect(limit)
+        try:
+            async with asyncio.timeout(limit):
+                written, refused = await self._store.replay(self._spill, self._cfg.batch_size)
+        except TimeoutError:
+            raise StoreError(f"replaying the spill file took longer than {limit:g} s") from None
         self._spill.finish_replay()  # the store removed the file; forget its size here too
         self.stats.replayed += written
         self._count(0, refused, None)

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from gateway.background import cancel_and_wait
+from gateway.background import Heartbeat, cancel_and_wait, run_forever
 from gateway.catalog import Catalog, Endpoint
 from gateway.errors import RateLimited
 from gateway.routing.affinity import AffinityIndex, CacheProfile, profile_for
@@ -73,6 +73,12 @@ class AllHealthy:
         return None
 
 
+def sync_limit_s(cfg: StateStoreConfig) -> float:
+    """How long the sync loop may go without completing a tick before /readyz calls it stuck: a tick
+    makes about ten store calls, each bounded by 4 x timeout_s."""
+    return max(30.0, 10 * cfg.sync_interval_s, 60 * cfg.timeout_s)
+
+
 def default_replica_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -89,8 +95,11 @@ class SharedState:
         health: HealthView | None = None,
         clock: Callable[[], float] = time.perf_counter,
         replica_id: str | None = None,
+        beat: Heartbeat | None = None,
     ) -> None:
         self.cfg = routing
+        # The sync loop's heartbeat (the app registers it in its LoopHealth, for /readyz).
+        self.beat = beat or Heartbeat("state sync", sync_limit_s(store_cfg), log=log)
         self.store_cfg = store_cfg
         self.catalog = catalog
         self.store = store
@@ -393,28 +402,35 @@ class SharedState:
         self.last_error = str(exc)
 
     async def run(self) -> None:
+        """Sync every interval (sooner after a wake-up). A store outage is handled in `sync_once`;
+        anything else it raises is logged and counted, and the next tick still runs."""
         self._wake = asyncio.Event()
+        await run_forever(self.sync_once, self._pause, self.beat)
+
+    async def _pause(self) -> None:
+        assert self._wake is not None
         interval = self.store_cfg.sync_interval_s
-        while True:
-            await self.sync_once()
-            try:
-                await asyncio.wait_for(self._wake.wait(), interval)
-                await asyncio.sleep(min(interval, WAKE_GAP_S))  # batch what else changes meanwhile
-            except TimeoutError:
-                pass
-            self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), interval)
+            await asyncio.sleep(min(interval, WAKE_GAP_S))  # batch what else changes meanwhile
+        except TimeoutError:
+            pass
+        self._wake.clear()
 
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self.run(), name="state-sync")
 
-    async def aclose(self) -> None:
+    async def aclose(self, timeout: float | None = None) -> None:
+        """Stop the loop, push what is left (within `timeout`, default 8 x timeout_s), close the store."""
         await cancel_and_wait(self._task)
         self._task = None
         try:
-            await asyncio.wait_for(self.sync_once(), self.store_cfg.timeout_s * 8)
+            await asyncio.wait_for(self.sync_once(), self.store_cfg.timeout_s * 8 if timeout is None else timeout)
         except TimeoutError:
             log.warning("state store %s: the last push timed out at shutdown", self.store.name)
+        except Exception:
+            log.exception("state store %s: the last push failed at shutdown", self.store.name)
         await self.store.aclose()
 
     def status(self) -> dict[str, Any]:

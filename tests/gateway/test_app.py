@@ -3,6 +3,8 @@ the stages are wired together, and accounting sees what the upstream reported.""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -152,3 +154,42 @@ def test_a_hostile_retry_after_is_a_429_and_blocks_the_endpoint_for_at_most_the_
         assert 1 <= int(resp.headers.get("retry-after", "1")) <= 300
         again = client.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "x"}]})
         assert again.status_code in (429, 503) and again.json()["error"]["type"]  # still served, as JSON
+
+
+class HangingStore:
+    """A MemoryStore that stops answering (every call hangs) once `hang` is set: a half-open Redis."""
+
+    def __init__(self) -> None:
+        from gateway.state_store.memory import MemoryStore
+
+        self.inner = MemoryStore()
+        self.hang = False
+        self.name = "hanging"
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name == "aclose" or not callable(attr):
+            return attr
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if self.hang:
+                await asyncio.sleep(3600)
+            return await attr(*args, **kwargs)
+
+        return call
+
+
+def test_closing_fits_the_shutdown_budget_when_the_state_store_hangs() -> None:
+    settings = load_config(
+        environ={},
+        server={"shutdown_timeout_s": 2},
+        state_store={"timeout_s": 1.0},  # the last push alone used to wait 8 x 1 s
+        providers=[{"name": "p", "base_url": "http://p.test/v1"}],
+        deployments=[{"model": "m", "provider": "p"}],
+    )
+    store = HangingStore()
+    client = TestClient(create_app(settings, client_factory=lambda: MockHTTPClient(answer), store=store))  # type: ignore[arg-type]
+    with client:
+        store.hang = True
+        started = time.monotonic()
+    assert time.monotonic() - started < 2  # the lifespan's share of the 2 s budget, not 8 s

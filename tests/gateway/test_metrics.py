@@ -116,7 +116,7 @@ def test_series_after_traffic(client: TestClient) -> None:
 
 def test_labels_are_bounded(client: TestClient) -> None:
     traffic(client)
-    allowed = {"endpoint", "model", "provider", "status_class", "error", "kind", "state", "probe", "verdict", "le"}
+    allowed = {"endpoint", "model", "provider", "status_class", "error", "kind", "state", "probe", "verdict", "le", "loop"}
     for samples in scrape(client).values():
         for s in samples:
             assert set(s.labels) <= allowed, s
@@ -187,3 +187,18 @@ def test_the_grafana_dashboard_uses_only_exported_series(tmp_path: Path) -> None
     used = {name for e in exprs for name in re.findall(r"\bgateway_[a-z_]+", e)}
     assert len(used) >= 15
     assert used <= exported, used - exported
+
+
+def test_background_loops_export_their_last_success(client: TestClient) -> None:
+    import time
+
+    deadline = time.monotonic() + 10
+    while True:
+        families = scrape(client)
+        loops = {s.labels["loop"]: s.value for s in families.get("gateway_background_last_success_timestamp_seconds", [])}
+        if "state_sync" in loops or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert abs(loops["state_sync"] - time.time()) < 60
+    stale = {s.labels["loop"]: s.value for s in families["gateway_background_stale"]}
+    assert stale["state_sync"] == 0.0

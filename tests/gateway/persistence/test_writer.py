@@ -257,3 +257,60 @@ async def test_the_replay_rotation_fsyncs_off_the_event_loop(tmp_path: Path, mon
     await until(lambda: stats.written + stats.replayed == 6 and not spill.pending())
     await writer.aclose()
     assert threads and threading.main_thread().name not in threads
+
+
+async def test_the_writer_survives_a_failing_spill_flush(tmp_path: Path) -> None:
+    store = Store()
+    queue, writer, stats, spill = build(tmp_path, store)
+    real_flush = spill.flush
+    failures = [OSError(28, "No space left on device")]
+
+    def flush() -> None:
+        if failures:
+            raise failures.pop()
+        real_flush()
+
+    spill.flush = flush  # type: ignore[method-assign]
+    writer.start()
+    queue.submit(record("r0"))
+    await until(lambda: store.rows == ["r0"])
+    assert stats.write_errors == 1 and writer.beat.last_success is not None
+    await writer.aclose()
+
+
+async def test_a_stalled_write_counts_as_down_and_is_retried(tmp_path: Path) -> None:
+    import threading
+
+    release = threading.Event()
+    store = Store()
+    stalls = [True]
+
+    def write(batch: Sequence[Stamped]) -> list[Stamped]:
+        if stalls:
+            stalls.pop()
+            release.wait(5)  # a half-open connection: the call never returns
+        return store.write(batch)
+
+    config = PersistenceConfig(
+        queue_size=100, batch_size=10, flush_interval=0.02, retry_initial=0.01, retry_max=0.02,
+        spill_path=str(tmp_path / "spill.jsonl"), write_timeout=0.2,
+    )
+    stats = WriterStats()
+    spill = SpillFile(config.spill_path, config.spill_max_bytes)
+    queue = RecordQueue(config.queue_size, config.batch_size, spill, stats)
+    class TwoThreads(ThreadStore):
+        def __init__(self) -> None:
+            super().__init__(write)
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._thread = ThreadPoolExecutor(max_workers=2)
+
+    writer = RecordWriter(queue, spill, TwoThreads(), config, stats)
+    writer.start()
+    queue.submit(record("r0"))
+    await until(lambda: not stats.db_up and stats.write_errors >= 1)
+    assert "longer than 0.2 s" in (stats.last_error or "")
+    await until(lambda: stats.db_up and stats.written == 1)  # retried on a fresh call
+    assert store.rows == ["r0"]
+    release.set()
+    await writer.aclose()

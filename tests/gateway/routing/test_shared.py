@@ -281,3 +281,33 @@ async def test_an_admission_the_store_refuses_is_decided_locally_without_marking
     r = replica(store, clock, "r1")
     await r.admit_key("team", KeyPolicy(rpm=10), 10**17)
     assert r.store_ok is not False
+
+
+async def test_the_sync_loop_survives_an_unexpected_exception(caplog: Any) -> None:
+    import asyncio
+
+    clock = FakeClock()
+    store = FlakyStore(MemoryStore(clock))
+    calls = 0
+    real_report = store.inner.inflight_report
+
+    async def broken_once(*args: Any, **kwargs: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise OverflowError("cannot convert float infinity to integer")  # not a StoreUnavailable
+        await real_report(*args, **kwargs)
+
+    store.inflight_report = broken_once  # type: ignore[attr-defined]
+    r = SharedState(
+        RoutingConfig(), StateStoreConfig(sync_interval_s=0.01), CATALOG, store, CircuitBreaker(BREAKER), clock=clock, replica_id="r"
+    )
+    with caplog.at_level(logging.ERROR, logger="gateway.state"):
+        r.start()
+        async with asyncio.timeout(10):
+            while r.last_sync is None:
+                await asyncio.sleep(0.01)
+        assert r._task is not None and not r._task.done()
+        await r.aclose()
+    assert r.beat.failures == 1 and r.beat.last_success is not None
+    assert "OverflowError" in caplog.text
