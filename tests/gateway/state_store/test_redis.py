@@ -54,3 +54,14 @@ async def test_absurd_upstream_usage_does_not_leave_the_replica_store_unavailabl
     for _ in range(3):
         assert await shared.sync_once()
     assert shared.status()["ok"] and shared.store_ok
+
+
+async def test_a_huge_retry_after_is_published_clamped_not_overflowing(store: RedisStore) -> None:
+    shared = SharedState(
+        RoutingConfig(), StateStoreConfig(), Catalog([LIMITED], created=0), store, CircuitBreaker(BreakerConfig()), replica_id="r"
+    )
+    for value in (1e306, 2e305, float("inf")):
+        shared.breaker.record("cloud/m", False, shared.clock(), retry_after=value)
+        assert await shared.sync_once()  # int(inf * 1000) used to raise OverflowError here
+    (view,) = (await store.breaker_read(["cloud/m"])).values()
+    assert 290 < view.blocked_for <= 300
