@@ -69,6 +69,7 @@ class ProcessStore:
         self._config = database.model_dump_json()
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
+        self._killed: list[asyncio.subprocess.Process] = []  # discarded workers, reaped at close
 
     async def write(self, batch: Sequence[Stamped]) -> Sequence[Stamped]:
         reply = await self._call({"op": "write", "rows": [encode_row(at, r) for at, r in batch]})
@@ -82,6 +83,12 @@ class ProcessStore:
 
     async def aclose(self) -> None:
         proc, self._proc = self._proc, None
+        killed, self._killed = self._killed, []
+        for dead in killed:  # a worker killed mid-call (a write cut short at shutdown) is reaped here
+            try:
+                await asyncio.wait_for(dead.wait(), 5.0)
+            except TimeoutError:
+                pass
         if proc is None or proc.returncode is not None:
             return
         assert proc.stdin is not None
@@ -131,4 +138,5 @@ class ProcessStore:
     def _discard(self, proc: asyncio.subprocess.Process) -> None:
         if proc.returncode is None:
             proc.kill()
+            self._killed = [p for p in self._killed if p.returncode is None] + [proc]
         self._proc = None

@@ -87,3 +87,18 @@ async def test_database_errors_come_back_as_store_errors(tmp_path: Path) -> None
     finally:
         await store.aclose()
     assert store._proc is None  # noqa: SLF001
+
+
+async def test_a_worker_killed_mid_call_is_reaped_at_close(tmp_path: Path) -> None:
+    import asyncio
+
+    store = ProcessStore(DatabaseConfig(url=f"sqlite:///{tmp_path / 'gw.db'}"))
+    call = asyncio.ensure_future(store.write([(time.time(), record("x"))]))
+    while store._proc is None:  # noqa: SLF001 - wait for the worker, then cut the call short
+        await asyncio.sleep(0.01)
+    proc = store._proc  # noqa: SLF001
+    call.cancel()  # a write timeout, or the shutdown budget running out
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await store.aclose()
+    assert proc.returncode is not None  # waited for, not left to the garbage collector mid-exit
