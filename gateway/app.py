@@ -35,7 +35,7 @@ from probes.toolcalls.checker import ProcessChecker
 from probes.toolcalls.passive import SOURCE as TOOL_MONITOR
 from probes.toolcalls.passive import ToolCallMonitor
 from providers.http import HTTPClient, Timeouts
-from providers.http_native import NativeClient
+from providers.clients import client_factory as upstream_client_factory
 from probes.runner import build_runner
 from probes.scheduler import build_scheduler
 
@@ -107,16 +107,18 @@ def build_state(
 def create_app(
     settings: Settings,
     *,
-    client_factory: Callable[[], HTTPClient] = NativeClient,
+    client_factory: Callable[[], HTTPClient] | None = None,
     extra_endpoints: Sequence[Endpoint] = (),
     engines: Sequence[Any] = (),
     clock: Callable[[], float] = time.perf_counter,
     rng: random.Random | None = None,
     store: StateStore | None = None,
 ) -> Starlette:
+    make_client = client_factory or upstream_client_factory(settings.upstream, settings.providers)
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, AppState]]:
-        client = client_factory()  # inside the running loop: the client binds to it
+        client = make_client()  # inside the running loop: the client binds to it
         state = build_state(
             settings, client=client, extra_endpoints=extra_endpoints, engines=engines, clock=clock, rng=rng, store=store
         )
