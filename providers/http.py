@@ -68,6 +68,7 @@ class AiohttpClient:
         limits = upstream.limits
         self._routes = routes or Routes(upstream)
         self._max_bytes = limits.max_response_bytes
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}  # by connect timeout
         connector = aiohttp.TCPConnector(
             limit=limits.max_connections, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=limits.keepalive_seconds
         )
@@ -86,7 +87,9 @@ class AiohttpClient:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeouts.total
         route = self._routes.for_url(request.url)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect, sock_read=None)
+        timeout = self._timeouts.get(timeouts.connect)
+        if timeout is None:
+            timeout = self._timeouts[timeouts.connect] = aiohttp.ClientTimeout(sock_connect=timeouts.connect)
         try:
             async with asyncio.timeout(min(timeouts.first_byte, timeouts.total)):
                 for retry in (False, True):
@@ -95,7 +98,7 @@ class AiohttpClient:
                             request.method,
                             request.url,
                             data=request.body or None,
-                            headers=dict(request.headers),
+                            headers=request.headers,
                             timeout=timeout,
                             allow_redirects=False,
                             proxy=route.proxy,
@@ -121,71 +124,8 @@ class AiohttpClient:
             raise _connect_error(exc, endpoint_id) from exc
         except OSError as exc:
             raise ProviderConnectError(f"cannot reach upstream {endpoint_id}: {exc}", endpoint=endpoint_id) from exc
-        return _AiohttpResponse(resp, loop, deadline, timeouts.between_chunks, endpoint_id, self._max_bytes)
-
-    async def aclose(self) -> None: ...
-
-
-class AiohttpClient:
-    """One pooled session for every upstream. Create and close it inside the running loop."""
-
-    def __init__(self, upstream: UpstreamConfig = UpstreamConfig(), routes: Routes | None = None) -> None:
-        limits = upstream.limits
-        self._routes = routes or Routes(upstream)
-        self._max_bytes = limits.max_response_bytes
-        connector = aiohttp.TCPConnector(
-            limit=limits.max_connections, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=limits.keepalive_seconds
-        )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(total=None, sock_read=None, sock_connect=None),
-            skip_auto_headers=("User-Agent",),
-            auto_decompress=True,
-            trust_env=False,  # proxies come from `upstream.proxy`, which read the environment once
-            max_line_size=limits.max_header_bytes,
-            max_field_size=limits.max_header_bytes,
-            max_headers=limits.max_headers,
-        )
-
-    async def send(self, request: UpstreamRequest, timeouts: Timeouts, endpoint_id: str) -> UpstreamResponse:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeouts.total
-        route = self._routes.for_url(request.url)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect, sock_read=None)
-        try:
-            async with asyncio.timeout(min(timeouts.first_byte, timeouts.total)):
-                for retry in (False, True):
-                    try:
-                        resp = await self._session.request(
-                            request.method,
-                            request.url,
-                            data=request.body or None,
-                            headers=dict(request.headers),
-                            timeout=timeout,
-                            allow_redirects=False,
-                            proxy=route.proxy,
-                            ssl=route.tls if route.tls is not None else True,
-                        )
-                        break
-                    except aiohttp.ServerDisconnectedError as exc:
-                        # Closed cleanly before a single byte of answer: most likely a pooled
-                        # keep-alive connection the upstream closed as we reused it. Once more; the
-                        # pool drops the closed one. Not after a reset or a partial answer.
-                        if retry or not isinstance(exc.message, str):
-                            raise
-        except TimeoutError as exc:
-            raise _timeout(exc, endpoint_id, "waiting for the first byte") from exc
-        except aiohttp.ClientResponseError as exc:
-            raise _bad_response(exc, endpoint_id) from exc
-        except aiohttp.ClientConnectorCertificateError as exc:
-            raise ProviderConnectError(
-                f"cannot reach upstream {endpoint_id}: TLS certificate refused: {_describe(exc.certificate_error)}",
-                endpoint=endpoint_id,
-            ) from exc
-        except aiohttp.ClientError as exc:
-            raise _connect_error(exc, endpoint_id) from exc
-        except OSError as exc:
-            raise ProviderConnectError(f"cannot reach upstream {endpoint_id}: {exc}", endpoint=endpoint_id) from exc
+        except ValueError as exc:  # a header aiohttp will not write (a line break in it): nothing was sent
+            raise ProviderConnectError(f"invalid request to upstream {endpoint_id}: {_describe(exc)}", endpoint=endpoint_id) from exc
         return _AiohttpResponse(resp, loop, deadline, timeouts.between_chunks, endpoint_id, self._max_bytes)
 
     def _proxy(self, route: Route) -> tuple[str | None, aiohttp.BasicAuth | None]:
@@ -245,6 +185,11 @@ class _AiohttpResponse:
 
     async def _read_within_limits(self) -> bytes:
         content = self._resp.content
+        if content.is_eof():  # the whole body came with the headers: no wait, no timer
+            body = content.read_nowait()
+            if len(body) > self._max_bytes:
+                raise self._too_large()
+            return body
         parts: list[bytes] = []
         size = 0
         loop = self._loop

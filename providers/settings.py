@@ -12,8 +12,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 MiB = 1024 * 1024
-# The names `providers.clients.CLIENTS` registers (a test keeps the two in step).
-CLIENT_NAMES = ("aiohttp",)
 
 
 class _Frozen(BaseModel):
@@ -87,7 +85,8 @@ class ProxyConfig(_Frozen):
 
 
 class UpstreamConfig(_Frozen):
-    # The HTTP client implementation (see `providers.clients.CLIENTS` and the README).
+    # The HTTP client implementation: a name `providers.clients.CLIENTS` registers (a test keeps
+    # the two in step; see the README for why aiohttp).
     client: Literal["aiohttp"] = "aiohttp"
     limits: UpstreamLimits = UpstreamLimits()
     tls: TLSConfig = TLSConfig()

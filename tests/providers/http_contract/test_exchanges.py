@@ -237,3 +237,11 @@ async def test_garbage_instead_of_http_is_a_provider_error(client: HTTPClient) -
     async with closing(b"SSH-2.0-OpenSSH_9.6\r\n\r\n") as server:
         with pytest.raises(ProviderError):
             await asyncio.wait_for(client.send(post(server.url()), SLOW_OK, "e"), 30)
+
+
+async def test_a_header_with_a_line_break_is_refused_before_sending(client: HTTPClient) -> None:
+    async with RawServer(keep_serving()) as server:
+        bad = UpstreamRequest("POST", server.url(), {"x-a": "1\r\nx-injected: 2"}, b"{}")
+        with pytest.raises(ProviderConnectError):
+            await asyncio.wait_for(client.send(bad, SLOW_OK, "e"), 30)
+    assert server.requests == []
