@@ -111,3 +111,18 @@ def test_an_unreadable_ca_file_fails_start_up_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         Routes(no_env(tls=TLSConfig(ca_file=str(missing))))
     assert str(missing) in info.value.message
+
+
+async def test_a_provider_tls_setting_replaces_the_default_for_that_provider_only(
+    make_client: MakeClient, ca: trustme.CA, ca_file: Path
+) -> None:
+    from gateway.config import ProviderConfig
+
+    async with RawServer(keep_serving(), tls=server_context(ca)) as server:
+        base = server.url("/v1", host="localhost")
+        own = ProviderConfig(name="p", base_url=base, tls=TLSConfig(ca_file=str(ca_file)))
+        client = make_client(no_env(), [own])
+        resp = await asyncio.wait_for(client.send(post(base + "/chat/completions"), SLOW_OK, "e"), 30)
+        assert await resp.read() == b'{"ok": true}'
+        with pytest.raises(ProviderConnectError):  # another upstream on the same server: system CAs only
+            await asyncio.wait_for(client.send(post(server.url("/v2/x", host="127.0.0.1")), SLOW_OK, "e"), 30)
