@@ -5,7 +5,6 @@ at the proxy (like a corporate network's), so an answer proves the request went 
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import trustme
 from pydantic import SecretStr
 
 from gateway.config import ProviderConfig, load_config
-from gateway.errors import ProviderConnectError
+from gateway.errors import ProviderConnectError, ProviderError
 from providers.settings import ProxyConfig, TLSConfig, UpstreamConfig
 from tests.providers.http_contract.conftest import SLOW_OK, MakeClient, no_env, post
 from tests.providers.http_contract.servers import ConnectProxy, RawServer, keep_serving
@@ -74,15 +73,21 @@ async def test_http_proxy_from_lower_case_environment(make_client: MakeClient) -
 
 
 async def test_no_proxy_and_loopback_go_direct(make_client: MakeClient) -> None:
-    host = socket.gethostname()  # resolves here, is not a loopback literal
-    async with RawServer(keep_serving(), host="0.0.0.0") as origin, ConnectProxy(auth=CREDS) as proxy:
-        via = make_client(env_upstream({"HTTP_PROXY": proxy.url(CREDS)}))
-        direct = make_client(env_upstream({"HTTP_PROXY": proxy.url(CREDS), "NO_PROXY": f"example.com,{host}"}))
-        for client, url in ((via, origin.url(host=host)), (direct, origin.url(host=host)), (via, origin.url(host="127.0.0.1"))):
-            resp = await asyncio.wait_for(client.send(post(url), SLOW_OK, "e"), 30)
-            assert await resp.read() == b'{"ok": true}'
-    assert len(proxy.log.heads) == 1  # only the first: NO_PROXY and loopback went direct
-    assert len(origin.requests) == 3
+    async with RawServer(keep_serving()) as origin, ConnectProxy(auth=CREDS, hosts={NAME: "127.0.0.1"}) as proxy:
+        env = {"HTTP_PROXY": proxy.url(CREDS)}
+        via = make_client(env_upstream(env))
+        resp = await asyncio.wait_for(via.send(post(origin.url(host=NAME)), SLOW_OK, "e"), 30)
+        assert await resp.read() == b'{"ok": true}'
+        assert len(proxy.log.heads) == 1
+        # Listed in NO_PROXY: tried directly, where only the proxy could have resolved the name.
+        direct = make_client(env_upstream({**env, "NO_PROXY": f"example.com,.{NAME.split('.')[-1]}"}))
+        with pytest.raises(ProviderError):
+            await asyncio.wait_for(direct.send(post(origin.url(host=NAME)), SLOW_OK, "e"), 30)
+        # A loopback address never goes through the environment's proxy.
+        resp = await asyncio.wait_for(via.send(post(origin.url(host="127.0.0.1")), SLOW_OK, "e"), 30)
+        assert await resp.read() == b'{"ok": true}'
+    assert len(proxy.log.heads) == 1
+    assert len(origin.requests) == 2
 
 
 async def test_a_provider_proxy_overrides_the_environment(make_client: MakeClient) -> None:
@@ -103,14 +108,15 @@ async def test_a_provider_proxy_overrides_the_environment(make_client: MakeClien
 
 
 async def test_a_provider_set_to_direct_ignores_the_environment(make_client: MakeClient) -> None:
-    host = socket.gethostname()
-    async with RawServer(keep_serving(), host="0.0.0.0") as origin, ConnectProxy() as proxy:
-        base = f"http://{host}:{origin.port}/v1"
+    async with RawServer(keep_serving()) as origin, ConnectProxy(hosts={NAME: "127.0.0.1"}) as proxy:
+        base = f"http://{NAME}:{origin.port}/v1"
         providers = [ProviderConfig(name="p", base_url=base, proxy=SecretStr("direct"))]
         client = make_client(env_upstream({"HTTP_PROXY": proxy.url()}), providers)
-        resp = await asyncio.wait_for(client.send(post(base + "/x"), SLOW_OK, "e"), 30)
-        assert await resp.read() == b'{"ok": true}'
-    assert proxy.log.heads == []
+        with pytest.raises(ProviderError):  # direct, where the name does not resolve
+            await asyncio.wait_for(client.send(post(base + "/x"), SLOW_OK, "e"), 30)
+        resp = await asyncio.wait_for(client.send(post(origin.url("/v2/x", host=NAME)), SLOW_OK, "e"), 30)
+        assert await resp.read() == b'{"ok": true}'  # outside its base URL: the environment's proxy
+    assert len(proxy.log.heads) == 1
 
 
 def test_proxy_settings_come_from_the_environment_only_when_asked() -> None:
