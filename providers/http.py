@@ -128,16 +128,6 @@ class AiohttpClient:
             raise ProviderConnectError(f"invalid request to upstream {endpoint_id}: {_describe(exc)}", endpoint=endpoint_id) from exc
         return _AiohttpResponse(resp, loop, deadline, timeouts.between_chunks, endpoint_id, self._max_bytes)
 
-    def _proxy(self, route: Route) -> tuple[str | None, aiohttp.BasicAuth | None]:
-        if route.proxy is None:
-            return None, None
-        found = self._proxies.get(route.proxy)
-        if found is None:
-            url = URL(route.proxy)
-            auth = aiohttp.BasicAuth(url.user or "", url.password or "") if url.user is not None else None
-            found = self._proxies[route.proxy] = (str(url.with_user(None)), auth)
-        return found
-
     async def aclose(self) -> None:
         await self._session.close()
 
