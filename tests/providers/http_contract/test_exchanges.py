@@ -245,3 +245,28 @@ async def test_a_header_with_a_line_break_is_refused_before_sending(client: HTTP
         with pytest.raises(ProviderConnectError):
             await asyncio.wait_for(client.send(bad, SLOW_OK, "e"), 30)
     assert server.requests == []
+
+
+@pytest.mark.parametrize("during", ["headers", "body"])
+async def test_a_cancelled_request_closes_its_connection(client: HTTPClient, during: str) -> None:
+    """The caller left: the upstream must see the connection close, so it stops generating."""
+    closed = asyncio.Event()
+
+    async def handler(conn: Conn) -> None:
+        await conn.request()
+        if during == "body":
+            conn.write(OK_HEAD + b"content-length: 100\r\n\r\n" + b"x" * 10)
+            await conn.writer.drain()
+        await conn.reader.read()  # until the client closes
+        closed.set()
+
+    async with RawServer(handler) as server:
+        task = asyncio.create_task(client.send(post(server.url()), SLOW_OK, "e"))
+        if during == "body":
+            resp = await asyncio.wait_for(task, 30)
+            task = asyncio.create_task(resp.read())
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.wait_for(closed.wait(), 10)
