@@ -32,13 +32,13 @@ AFTER = [
     ("gateway.routing.router", "Router.features", "features"),
     ("gateway.routing.router", "Router.decide", "decided"),
     ("gateway.routing.router", "Router.route", "routed"),
-    ("providers.http_native", "NativeClient.send", "upstream_headers"),
-    ("providers.http_native", "NativeResponse.read", "upstream_body"),
+    ("providers.http", "AiohttpClient.send", "upstream_headers"),
+    ("providers.http", "_AiohttpResponse.read", "upstream_body"),
     ("gateway.pipeline.dispatch", "Dispatcher.dispatch", "dispatched"),
 ]
 # ... and these when the function is called.
 BEFORE = [
-    ("providers.http_native", "NativeClient.send", "upstream_sent"),
+    ("providers.http", "AiohttpClient.send", "upstream_sent"),
     ("uvicorn.protocols.http.httptools_impl", "HttpToolsProtocol.data_received", "recv"),
 ]
 

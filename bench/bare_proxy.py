@@ -3,7 +3,7 @@
     python bench/bare_proxy.py --port 9003 --upstream http://127.0.0.1:9001
 
 uvicorn with uvloop and httptools, a raw ASGI app, and the gateway's own upstream client
-(`providers.http_native.NativeClient`): each POST is forwarded as it came, its answer streamed back
+(`providers.http.AiohttpClient`): each POST is forwarded as it came, its answer streamed back
 as it arrives. No auth, validation, routing, accounting or headers of its own. `overhead.py`
 measures it beside the gateway, so the table separates what any Python proxy on this machine
 costs (the extra hops: two more wake-ups of an idle process per request) from what the gateway's
@@ -21,13 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from providers.base import UpstreamRequest  # noqa: E402
 from providers.http import Timeouts  # noqa: E402
-from providers.http_native import NativeClient  # noqa: E402
+from providers.http import AiohttpClient  # noqa: E402
 
 TIMEOUTS = Timeouts(connect=5.0, first_byte=30.0, between_chunks=30.0, total=120.0)
 
 
 def build(upstream: str) -> Any:
-    client: NativeClient | None = None
+    client: AiohttpClient | None = None
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         nonlocal client
@@ -35,7 +35,7 @@ def build(upstream: str) -> Any:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
-                    client = NativeClient()
+                    client = AiohttpClient()
                     await send({"type": "lifespan.startup.complete"})
                 else:
                     assert client is not None

@@ -4,6 +4,7 @@
     .venv/bin/python bench/overhead.py --quick         # smoke run, about 1 minute
     .venv/bin/python bench/overhead.py --rates 25,100,200 --rounds 7 --json out.json
     .venv/bin/python bench/overhead.py --litellm /path/to/venv   # LiteLLM's proxy beside it
+    .venv/bin/python bench/overhead.py --clients aiohttp,other  # one gateway per upstream client
 
 It starts the mock upstream (bench/mock_upstream.py), a bare forwarding proxy (bench/bare_proxy.py,
 unless --no-bare) and the gateway (`gwctl serve` with a generated config). The proxy and the gateway
@@ -11,6 +12,8 @@ are pinned to the first CPU, the mock and the load generator (this process and w
 It measures three targets: the mock directly, the bare proxy in front of it, the gateway in front of it.
 With --litellm VENV (a virtualenv with `litellm[proxy]` installed), LiteLLM's proxy in front of the
 mock is a fourth, on the gateway's core with one worker: a side-by-side figure, not a target.
+With --clients A,B a gateway per upstream HTTP client (`upstream.client`) is measured in the same
+run; the first is the "gateway" column, a table at the end gives each one's CPU per request.
 
 - once per target: closed-loop saturation at 64 connections (wrk when installed, else the built-in
   client), streaming saturation, peak RSS, start-up time to the first 200 on /v1/models;
@@ -91,7 +94,7 @@ def saturate(port: int, body: bytes, conns: int, duration: float, args: argparse
 
 def measure_saturation(name: str, target: Server, ours: list[Server], args: argparse.Namespace, tmp: Path) -> Phase:
     """The phases run once per target: warmup, saturation, streaming saturation."""
-    port, title = target.port, TITLES[name]
+    port, title = target.port, TITLES.get(name, name)
     print(f"  {title}: warmup", flush=True)
     run_async(sequential_streams(port, request_bytes("POST", CHAT_PATH, port, STREAM), 20, 0))
     saturate(port, CHAT, 16, args.warmup, args, tmp)
@@ -179,8 +182,9 @@ def paired(minuend: Phase, subtrahend: Phase) -> Phase:
 # -- the run ------------------------------------------------------------------------------------
 
 
-def gateway_config(port: int, mock_port: int) -> dict[str, Any]:
+def gateway_config(port: int, mock_port: int, client: str | None = None) -> dict[str, Any]:
     return {
+        **({"upstream": {"client": client}} if client else {}),
         "server": {"port": port},
         "auth": {"keys": [{"name": "bench", "key": KEY}]},
         "providers": [{"name": "mock", "kind": "openai", "base_url": f"http://127.0.0.1:{mock_port}/v1"}],
@@ -225,8 +229,12 @@ def launch(stack: ExitStack, server: Server) -> Server:
     return server
 
 
+def client_target(client: str) -> str:
+    return f"gateway[{client}]"
+
+
 def start_targets(stack: ExitStack, tmp: Path, gateway_cpus: set[int], load_cpus: set[int],
-                  bare: bool, litellm: Path | None = None) -> dict[str, Server]:
+                  bare: bool, litellm: Path | None = None, clients: list[str] | None = None) -> dict[str, Server]:
     """The targets in measuring order: the mock (direct), the bare proxy, the gateway, LiteLLM."""
     mock_port = free_port()
     mock_cmd = [sys.executable, str(HERE / "mock_upstream.py"), "--port", str(mock_port)]
@@ -236,11 +244,14 @@ def start_targets(stack: ExitStack, tmp: Path, gateway_cpus: set[int], load_cpus
         cmd = [sys.executable, str(HERE / "bare_proxy.py"), "--port", str(port),
                "--upstream", f"http://127.0.0.1:{mock_port}"]
         targets["bare_proxy"] = launch(stack, Server("bare-proxy", cmd, gateway_cpus, tmp, port, MODELS))
-    gw_port = free_port()
-    config = tmp / "gateway.yaml"
-    config.write_text(json.dumps(gateway_config(gw_port, mock_port)))  # JSON is YAML
-    gw_cmd = [*gwctl(), "serve", "-c", str(config)]
-    targets["gateway"] = launch(stack, Server("gateway", gw_cmd, gateway_cpus, tmp, gw_port, MODELS))
+    clients = clients or [None]  # type: ignore[list-item]
+    for i, client in enumerate(clients):
+        name = "gateway" if i == 0 else client_target(client)
+        gw_port = free_port()
+        config = tmp / f"gateway-{i}.yaml"
+        config.write_text(json.dumps(gateway_config(gw_port, mock_port, client)))  # JSON is YAML
+        gw_cmd = [*gwctl(), "serve", "-c", str(config)]
+        targets[name] = launch(stack, Server(name, gw_cmd, gateway_cpus, tmp, gw_port, MODELS))
     if litellm is not None:
         port = free_port()
         config = tmp / "litellm.yaml"
@@ -250,7 +261,7 @@ def start_targets(stack: ExitStack, tmp: Path, gateway_cpus: set[int], load_cpus
         env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
         targets["litellm"] = launch(stack, Server("litellm", cmd, gateway_cpus, tmp, port, MODELS, env=env))
     for name, server in targets.items():
-        print(f"{TITLES[name]} on :{server.port}, start-up {server.startup_s:.2f} s", flush=True)
+        print(f"{TITLES.get(name, name)} on :{server.port}, start-up {server.startup_s:.2f} s", flush=True)
     return targets
 
 
@@ -266,10 +277,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "load_tool": "wrk" if args.wrk else "python", "duration_s": args.duration, "rates": args.rates,
             "rounds": args.rounds, "round_duration_s": args.round_duration, "streams_per_round": args.streams,
             "bare_proxy": args.bare, "quick": args.quick, "git": git_version(),
-            "litellm": litellm_version(args.litellm) if args.litellm else None}
+            "litellm": litellm_version(args.litellm) if args.litellm else None, "clients": args.clients}
     with tempfile.TemporaryDirectory(prefix="gw-bench-") as tmpdir, ExitStack() as stack:
         tmp = Path(tmpdir)
-        targets = start_targets(stack, tmp, gateway_cpus, load_cpus, args.bare, args.litellm)
+        targets = start_targets(stack, tmp, gateway_cpus, load_cpus, args.bare, args.litellm, args.clients)
         ours = list(targets.values())
         results = {name: measure_saturation(name, t, ours, args, tmp) for name, t in targets.items()}
         wait_quiet(min(10.0, args.quiet_wait))  # let the servers settle after saturation before the latency rounds
@@ -282,6 +293,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         pairs["own"] = paired(rounds["gateway"], rounds["bare_proxy"])
     if args.litellm:
         pairs["litellm"] = paired(rounds["litellm"], rounds["direct"])
+    for client in (args.clients or [])[1:]:
+        pairs[client_target(client)] = paired(rounds[client_target(client)], rounds["direct"])
     return {"meta": meta, **results, "paired": pairs, "rounds": rounds,
             "verdicts": verdicts(results["gateway"], pairs["added"])}
 
@@ -361,7 +374,30 @@ def report(res: dict[str, Any]) -> str:
                      f"{_num(mine, '+'):>11}{_num(gv / dv if dv else NAN):>8}{side}  {_verdict(v.get(key or ''))}")
     lines.append(lines[1])
     lines += _footer(res, [r for r in (d, b, g, lite) if r])
+    if len(res["meta"].get("clients") or []) > 1:
+        lines += ["", *clients_report(res)]
     return "\n".join(lines)
+
+
+def clients_report(res: dict[str, Any]) -> list[str]:
+    """Per upstream client, the gateway's CPU per request in each phase of this run."""
+    clients = res["meta"]["clients"]
+    names = {c: "gateway" if i == 0 else client_target(c) for i, c in enumerate(clients)}
+    rates = list(res["direct"]["open_loop"])
+    head = f"{'server CPU ms/request, per upstream client':<44}" + "".join(f"{c:>11}" for c in clients)
+    rows = [("saturation, 64 connections", ("saturation", "cpu_ms_per_req")),
+            *((f"open loop {r}/s", ("open_loop", r, "cpu_ms_per_req")) for r in rates),
+            ("sequential streams (per stream)", ("streams", "cpu_ms_per_req")),
+            ("stream saturation (per stream)", ("stream_saturation", "cpu_ms_per_req")),
+            ("req/s, 64 connections", ("saturation", "req_s"))]
+    lines = [head, "-" * len(head)]
+    for label, path in rows:
+        lines.append(f"{label:<44}" + "".join(f"{_num(_get(res[names[c]], path)):>11}" for c in clients))
+    base = res[names[clients[0]]]["saturation"]["cpu_ms_per_req"]
+    for c in clients[1:]:
+        other = res[names[c]]["saturation"]["cpu_ms_per_req"]
+        lines.append(f"{c} saves {100 * (base - other) / base:.1f}% CPU per request at saturation against {clients[0]}")
+    return lines
 
 
 def _footer(res: dict[str, Any], results: list[dict[str, Any]]) -> list[str]:
@@ -432,8 +468,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, help="also write the results, each round's included, to this file")
     p.add_argument("--litellm", type=Path, metavar="VENV",
                    help="also measure LiteLLM's proxy, from this virtualenv (pip install 'litellm[proxy]')")
+    p.add_argument("--clients", help="upstream HTTP clients (upstream.client), comma-separated: one gateway each")
     args = p.parse_args(argv)
     args.rates = [float(r) for r in args.rates.split(",") if r.strip()]
+    args.clients = [c.strip() for c in args.clients.split(",") if c.strip()] if args.clients else None
     args.wrk = args.wrk and shutil.which("wrk") is not None
     args.warmup, args.open_warmup = 5.0, 1.0
     if args.quick:

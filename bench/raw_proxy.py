@@ -25,13 +25,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bare_proxy import TIMEOUTS  # noqa: E402
 from gateway.errors import ProviderError  # noqa: E402
 from providers.base import UpstreamRequest  # noqa: E402
-from providers.http_native import NativeClient  # noqa: E402
+from providers.http import AiohttpClient  # noqa: E402
 
 BAD_GATEWAY = b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n"
 
 
 class ForwardingProtocol(asyncio.Protocol):
-    def __init__(self, client: NativeClient, upstream: str) -> None:
+    def __init__(self, client: AiohttpClient, upstream: str) -> None:
         self.client, self.upstream = client, upstream
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
@@ -77,7 +77,7 @@ class ForwardingProtocol(asyncio.Protocol):
 
 
 async def serve(port: int, upstream: str) -> None:
-    client = NativeClient()
+    client = AiohttpClient()
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: ForwardingProtocol(client, upstream), "127.0.0.1", port)
     try:

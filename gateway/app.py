@@ -36,7 +36,7 @@ from probes.toolcalls.checker import ProcessChecker
 from probes.toolcalls.passive import SOURCE as TOOL_MONITOR
 from probes.toolcalls.passive import ToolCallMonitor
 from providers.http import HTTPClient, Timeouts
-from providers.http_native import NativeClient
+from providers.clients import client_factory as upstream_client_factory
 from probes.runner import build_runner
 from probes.scheduler import build_scheduler
 
@@ -154,7 +154,7 @@ async def close_within(state: AppState, scheduler: Any, client: HTTPClient, dead
 def create_app(
     settings: Settings,
     *,
-    client_factory: Callable[[], HTTPClient] = NativeClient,
+    client_factory: Callable[[], HTTPClient] | None = None,
     extra_endpoints: Sequence[Endpoint] = (),
     engines: Sequence[Any] = (),
     clock: Callable[[], float] = time.perf_counter,
@@ -164,9 +164,11 @@ def create_app(
 ) -> Starlette:
     """`shutdown`: the server's shutdown deadline (`gwctl serve` starts it when uvicorn begins to
     drain); without one the lifespan closes within `closing_budget`."""
+    make_client = client_factory or upstream_client_factory(settings.upstream, settings.providers)
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, AppState]]:
-        client = client_factory()  # inside the running loop: the client binds to it
+        client = make_client()  # inside the running loop: the client binds to it
         state = build_state(
             settings, client=client, extra_endpoints=extra_endpoints, engines=engines, clock=clock, rng=rng, store=store
         )

@@ -26,6 +26,7 @@ from pydantic_settings import (
 from gateway.errors import ConfigError
 from gateway.routing.settings import DeploymentRouting, RoutingConfig, StateStoreConfig
 from probes.settings import ProbeSettings
+from providers.settings import TLSConfig, UpstreamConfig, checked_proxy
 
 Mode = Literal["chat", "completions", "embeddings"]
 
@@ -116,6 +117,15 @@ class ProviderConfig(_Frozen):
     # Data policy: whether the provider may keep or train on prompts.
     keeps_prompts: bool = False
     headers: dict[str, str] = Field(default_factory=dict)
+    # This provider's proxy URL, or "direct"; unset: `upstream.proxy` (see providers/settings.py).
+    proxy: SecretStr | None = Field(None, repr=False)
+    # Replaces `upstream.tls` for this provider (its own CA or client certificate).
+    tls: TLSConfig | None = None
+
+    @field_validator("proxy")
+    @classmethod
+    def _proxy(cls, v: SecretStr | None) -> SecretStr | None:
+        return checked_proxy(v)
 
     @field_validator("base_url")
     @classmethod
@@ -315,6 +325,7 @@ class Settings(BaseSettings):
     retention: RetentionConfig = RetentionConfig()
     metrics: MetricsConfig = MetricsConfig()
     probes: ProbeSettings = ProbeSettings()
+    upstream: UpstreamConfig = UpstreamConfig()
 
     @classmethod
     def settings_customise_sources(
@@ -450,7 +461,12 @@ def _resolve_secrets(settings: Settings, env: Mapping[str, str]) -> Settings:
                 )
             p = p.model_copy(update={"api_key": SecretStr(value)})
         providers.append(p)
-    return settings.model_copy(update={"providers": tuple(providers)})
+    try:
+        proxy = settings.upstream.proxy.with_env(env)
+    except ValueError as exc:
+        raise ConfigError(f"config error: upstream.proxy: {exc}") from None
+    upstream = settings.upstream.model_copy(update={"proxy": proxy})
+    return settings.model_copy(update={"providers": tuple(providers), "upstream": upstream})
 
 
 def _one_line(exc: ValidationError) -> str:

@@ -21,7 +21,8 @@ GatewayError                         500 api_error
 │   ├── ProviderServerError          upstream 5xx
 │   ├── ProviderAuthError            upstream 401/403: our credentials, not the client's
 │   ├── ProviderRejected             upstream 4xx about the request itself: passed to the client
-│   └── ProviderStreamError          the stream broke after it started
+│   ├── ProviderStreamError          the stream broke after it started
+│   └── ProviderResponseTooLarge     502 code=upstream_response_too_large (upstream.limits)
 └── Unavailable                      503: no endpoint can take the request now
     └── AllAttemptsFailed            every candidate failed; status follows the last error
 """
@@ -173,6 +174,15 @@ class ProviderRejected(ProviderError):
 
 class ProviderStreamError(ProviderError):
     code = "upstream_stream_error"
+
+
+class ProviderResponseTooLarge(ProviderError):
+    """The answer (decoded) or its headers passed `upstream.limits`: asking again will not shrink it."""
+
+    code = "upstream_response_too_large"
+    retryable = False
+    fallback = False
+    counts_against_endpoint = False
 
 
 # --- nothing could serve it ------------------------------------------------

@@ -21,9 +21,9 @@ async def run_worker(
 ) -> dict[str, int]:
     """Run the scheduler until `stop` is set; returns its counters (runs, skipped, failures)."""
     from gateway.app import build_state  # the same state the gateway builds
-    from providers.http_native import NativeClient  # the gateway's own default client
+    from providers.clients import client_factory as upstream_client_factory  # the gateway's own client
 
-    client = (client_factory or NativeClient)()
+    client = (client_factory or upstream_client_factory(settings.upstream, settings.providers))()
     state = build_state(settings, client=client)
     assert state.shared is not None
     await state.shared.sync_once()

@@ -1,5 +1,5 @@
-"""Both upstream HTTP clients (aiohttp and the native one) against real loopback servers: every
-failure becomes a ProviderError."""
+"""The basics against the fake OpenAI upstream: JSON and SSE round trips, error statuses returned
+(not raised), and every transport failure a ProviderError."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from aiohttp import web
 
 from gateway.errors import ProviderConnectError, ProviderStreamError, ProviderTimeout
 from providers.base import UpstreamRequest
-from providers.http import AiohttpClient, HTTPClient, Timeouts
-from providers.http_native import NativeClient
+from providers.http import HTTPClient, Timeouts
+from providers.settings import UpstreamLimits
+from tests.providers.http_contract.conftest import MakeClient, no_env
 from tests.fakes.openai_upstream import FakeOpenAIUpstream
 
 FAST = Timeouts(connect=1.0, first_byte=1.0, between_chunks=1.0, total=5.0)
@@ -25,13 +26,6 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 async def upstream() -> AsyncIterator[FakeOpenAIUpstream]:
     async with FakeOpenAIUpstream() as up:
         yield up
-
-
-@pytest.fixture(params=["native", "aiohttp"])
-async def client(request: pytest.FixtureRequest) -> AsyncIterator[HTTPClient]:
-    c: HTTPClient = NativeClient() if request.param == "native" else AiohttpClient()
-    yield c
-    await c.aclose()
 
 
 def post(url: str, body: dict[str, object], stream: bool = False) -> UpstreamRequest:
@@ -152,101 +146,14 @@ async def test_read_honours_the_total_deadline(client: HTTPClient) -> None:
         await runner.cleanup()
 
 
-async def _serve(app: web.Application, **kwargs: object) -> tuple[web.AppRunner, int]:
-    runner = web.AppRunner(app, shutdown_timeout=0.1, **kwargs)  # type: ignore[arg-type]
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-
-async def test_native_keeps_connections_alive() -> None:
-    peers: list[object] = []
-
-    async def echo(request: web.Request) -> web.Response:
-        peers.append(request.transport.get_extra_info("peername"))  # type: ignore[union-attr]
-        return web.json_response({"n": len(peers)})
-
-    app = web.Application()
-    app.router.add_post("/v1/x", echo)
-    runner, port = await _serve(app)
-    client = NativeClient()
-    try:
-        for _ in range(3):
-            resp = await client.send(post(f"http://127.0.0.1:{port}/v1/x", CHAT), FAST, "e")
-            assert resp.status == 200
-            await resp.read()
-        assert len(peers) == 3 and len(set(peers)) == 1  # one connection, reused
-    finally:
-        await client.aclose()
-        await runner.cleanup()
-
-
-async def test_native_skips_an_idle_connection_the_server_closed() -> None:
-    async def echo(request: web.Request) -> web.Response:
-        return web.json_response({"ok": True})
-
-    app = web.Application()
-    app.router.add_post("/v1/x", echo)
-    runner, port = await _serve(app, keepalive_timeout=0.05)
-    client = NativeClient()
-    try:
-        resp = await client.send(post(f"http://127.0.0.1:{port}/v1/x", CHAT), FAST, "e")
+async def test_the_connection_limit_is_released_after_errors(make_client: MakeClient, upstream: FakeOpenAIUpstream) -> None:
+    client = make_client(no_env(limits=UpstreamLimits(max_connections=1)))
+    for model in ("m", "m@status:503", "m@reset", "m"):
+        try:
+            resp = await client.send(post(upstream.url + "/chat/completions", {**CHAT, "model": model}), FAST, "e")
+        except ProviderConnectError:
+            continue
         await resp.read()
-        await asyncio.sleep(0.3)  # the server closes the idle keep-alive connection
-        resp = await client.send(post(f"http://127.0.0.1:{port}/v1/x", CHAT), FAST, "e")
-        assert orjson.loads(await resp.read()) == {"ok": True}
-    finally:
-        await client.aclose()
-        await runner.cleanup()
-
-
-async def test_native_decodes_gzip_and_chunked_bodies() -> None:
-    async def gz(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"content-type": "application/json"})
-        resp.enable_compression(web.ContentCoding.gzip)
-        resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        for part in (b'{"a": ', b'"' + b"x" * 5000 + b'"', b"}"):
-            await resp.write(part)
-        await resp.write_eof()
-        return resp
-
-    app = web.Application()
-    app.router.add_post("/v1/x", gz)
-    runner, port = await _serve(app)
-    client = NativeClient()
-    try:
-        resp = await client.send(post(f"http://127.0.0.1:{port}/v1/x", CHAT), FAST, "e")
-        assert resp.headers["Content-Encoding"] == "gzip"
-        assert orjson.loads(await resp.read()) == {"a": "x" * 5000}
-    finally:
-        await client.aclose()
-        await runner.cleanup()
-
-
-async def test_native_refuses_header_injection(upstream: FakeOpenAIUpstream) -> None:
-    client = NativeClient()
-    try:
-        bad = UpstreamRequest("POST", upstream.url + "/chat/completions", {"x-a": "1\r\nx-b: 2"}, b"{}")
-        with pytest.raises(ProviderConnectError):
-            await client.send(bad, FAST, "e")
-        assert upstream.requests == []
-    finally:
-        await client.aclose()
-
-
-async def test_native_connection_limit_is_released(upstream: FakeOpenAIUpstream) -> None:
-    client = NativeClient(max_connections=1)
-    try:
-        for model in ("m", "m@status:503", "m@reset", "m"):
-            try:
-                resp = await client.send(post(upstream.url + "/chat/completions", {**CHAT, "model": model}), FAST, "e")
-            except ProviderConnectError:
-                continue
-            await resp.read()
-        resp = await asyncio.wait_for(client.send(post(upstream.url + "/chat/completions", CHAT), FAST, "e"), 2.0)
-        assert resp.status == 200
-        resp.close()
-    finally:
-        await client.aclose()
+    resp = await asyncio.wait_for(client.send(post(upstream.url + "/chat/completions", CHAT), FAST, "e"), 2.0)
+    assert resp.status == 200
+    resp.close()
