@@ -23,6 +23,7 @@ GatewayError                         500 api_error
 │   ├── ProviderRejected             upstream 4xx about the request itself: passed to the client
 │   └── ProviderStreamError          the stream broke after it started
 └── Unavailable                      503: no endpoint can take the request now
+    ├── KeyStoreUnavailable          503: the database's keys are not loaded, or too stale to trust
     └── AllAttemptsFailed            every candidate failed; status follows the last error
 """
 
@@ -182,6 +183,10 @@ class Unavailable(GatewayError):
     status_code = 503
     error_type = "api_error"
     code = "no_endpoint_available"
+
+
+class KeyStoreUnavailable(Unavailable):
+    code = "key_store_unavailable"
 
 
 class AllAttemptsFailed(Unavailable):

@@ -15,6 +15,7 @@ import uvicorn
 from gateway.app import create_app
 from gateway.config import Settings, load_config
 from gateway.engines import all_engine_endpoints
+from gateway.pipeline.auth import open_bind_problem
 
 log = logging.getLogger("gateway")
 
@@ -33,6 +34,9 @@ def run(args: argparse.Namespace) -> int:
     if args.host or args.port is not None:
         server = server.model_copy(update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None})
         settings = settings.model_copy(update={"server": server})
+    if (problem := open_bind_problem(settings)) is not None:
+        print(f"gwctl: {problem}", file=sys.stderr)
+        return 2
     if (problem := check_schema(settings)) is not None:  # before logging is set up: one line only
         print(f"gwctl: {problem}", file=sys.stderr)
         return 2

@@ -187,3 +187,13 @@ def test_the_grafana_dashboard_uses_only_exported_series(tmp_path: Path) -> None
     used = {name for e in exprs for name in re.findall(r"\bgateway_[a-z_]+", e)}
     assert len(used) >= 15
     assert used <= exported, used - exported
+
+
+def test_metrics_can_require_the_admin_key(tmp_path: Path) -> None:
+    config = settings(tmp_path, None, metrics={"require_auth": True})
+    with TestClient(create_app(config, client_factory=lambda: MockHTTPClient(answer))) as client:
+        assert client.get("/metrics").status_code == 401
+        assert client.get("/metrics", headers=USER).status_code == 403  # a gateway key is not enough
+        assert client.get("/metrics", headers=ADMIN).status_code == 200
+    with TestClient(create_app(settings(tmp_path, None), client_factory=lambda: MockHTTPClient(answer))) as client:
+        assert client.get("/metrics").status_code == 200  # off by default: scrapers on a private network
