@@ -16,6 +16,7 @@ from gateway.app import create_app
 from gateway.config import Settings, load_config
 from gateway.engines import all_engine_endpoints
 from gateway.pipeline.auth import open_bind_problem
+from gateway.redact import install_log_redaction
 
 log = logging.getLogger("gateway")
 
@@ -49,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
+    install_log_redaction()  # URL passwords never reach the log
     # The engines' health checks would log every poll at INFO.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     return _run_loop(serve(settings))
@@ -129,6 +131,8 @@ async def _serve_gateway(settings: Settings, supervisors: list[Any]) -> int:
         proxy_headers=bool(settings.server.forwarded_allow_ips),
         forwarded_allow_ips=list(settings.server.forwarded_allow_ips) or None,
     )
+    for name in ("uvicorn", "uvicorn.access"):  # uvicorn's own handlers, set up by its Config
+        install_log_redaction(logging.getLogger(name))
     server = uvicorn.Server(config)
     # uvicorn re-raises SIGINT/SIGTERM after its graceful shutdown, with the handlers it found
     # installed; make those no-ops so our caller still stops the engines cleanly.

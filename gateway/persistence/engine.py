@@ -14,6 +14,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 
 from gateway.config import DatabaseConfig
+from gateway.redact import mask_urls
 
 T = TypeVar("T")
 
@@ -27,8 +28,8 @@ def database_url(raw: str) -> URL:
 
 
 def safe_url(raw: str) -> str:
-    """The URL for messages and logs, without its password."""
-    return database_url(raw).render_as_string(hide_password=True)
+    """The URL for messages and logs, without its password (nor one in its query string)."""
+    return mask_urls(database_url(raw).render_as_string(hide_password=True))
 
 
 def make_engine(config: DatabaseConfig) -> Engine:
