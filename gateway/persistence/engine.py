@@ -4,6 +4,7 @@ an engine plus the threads that run its blocking calls, so the event loop never 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -49,7 +50,14 @@ def make_engine(config: DatabaseConfig) -> Engine:
 
 def _sqlite_engine(url: URL, config: DatabaseConfig) -> Engine:
     if url.database and url.database != ":memory:":
-        Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        path = Path(url.database).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Created 0600 before SQLite opens it (its -wal and -shm files take the same mode). Only
+        # when new: closing any descriptor of an open database drops this process's locks on it.
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            pass
     engine = create_engine(
         url,
         pool_size=config.pool_size,
