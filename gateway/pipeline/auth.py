@@ -74,6 +74,7 @@ class Authenticator:
         self._stored: dict[str, str] = {}
         self._uses_store = stored
         self._stored_at: float | None = None  # when the stored keys were last loaded
+        self._fresh_until = float("-inf")  # stored keys are trusted until then (clock seconds)
         self._max_staleness = config.max_key_staleness_s
         self._clock = clock
         self._admin = key_digest(config.admin_key.get_secret_value()) if config.admin_key else None
@@ -98,6 +99,7 @@ class Authenticator:
         """Replace the database's keys (digest -> name) in one swap; config keys win on a clash."""
         self._stored = dict(active)
         self._stored_at = self._clock()
+        self._fresh_until = self._stored_at + self._max_staleness
         self._passed = {}  # a revoked key must fail from now on
 
     def _store_problem(self) -> str | None:
@@ -107,6 +109,10 @@ class Authenticator:
         if age > self._max_staleness:
             return f"The gateway could not refresh its keys from the database for {age:.0f} s; retry shortly."
         return None
+
+    def _unavailable(self) -> KeyStoreUnavailable:
+        problem = self._store_problem() or "The gateway's keys from the database are stale; retry shortly."
+        return KeyStoreUnavailable(problem, headers={"retry-after": "5"})
 
     def status(self) -> dict[str, Any]:
         """For /readyz: whether database keys can be checked now, and if not why."""
@@ -132,8 +138,8 @@ class Authenticator:
             return None
         if authorization is not None and (known := self._passed.get(authorization)) is not None:
             name, stored = known
-            if stored and (problem := self._store_problem()) is not None:
-                raise KeyStoreUnavailable(problem, headers={"retry-after": "5"})
+            if stored and self._clock() > self._fresh_until:
+                raise self._unavailable()
             return name
         token = _bearer(authorization)
         if token is None:
@@ -145,8 +151,8 @@ class Authenticator:
         name = self._static.get(digest)
         stored = False
         if name is None and self._uses_store:
-            if (problem := self._store_problem()) is not None:
-                raise KeyStoreUnavailable(problem, headers={"retry-after": "5"})
+            if self._clock() > self._fresh_until:
+                raise self._unavailable()
             name, stored = self._stored.get(digest), True
         if name is None:
             raise AuthenticationFailed("Incorrect API key provided.")
