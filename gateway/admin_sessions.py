@@ -21,17 +21,19 @@ CSRF_HEADER = "x-csrf-token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Session:
     id: str
     csrf: str
     created: float
     expires: float
+    last_seen: float
 
 
 class SessionStore:
-    def __init__(self, ttl: float = 12 * 3600, max_sessions: int = 1000) -> None:
+    def __init__(self, ttl: float = 12 * 3600, max_sessions: int = 1000, *, idle: float = 1800.0) -> None:
         self.ttl = ttl
+        self.idle = idle  # a session unused this long ends, whatever its ttl says
         self.max_sessions = max_sessions
         self._sessions: dict[str, Session] = {}
 
@@ -45,28 +47,30 @@ class SessionStore:
         ):  # drop the oldest (dicts keep insertion order)
             del self._sessions[next(iter(self._sessions))]
         session = Session(
-            secrets.token_urlsafe(32), secrets.token_urlsafe(32), now, now + self.ttl
+            secrets.token_urlsafe(32), secrets.token_urlsafe(32), now, now + self.ttl, now
         )
         self._sessions[session.id] = session
         return session
 
     def get(self, session_id: str | None, now: float) -> Session | None:
-        """The live session for this id, or None (unknown, revoked or expired)."""
+        """The live session for this id, or None (unknown, revoked, expired or idle too long);
+        a live one counts as used now."""
         if not session_id:
             return None
         session = self._sessions.get(session_id)
         if session is None:
             return None
-        if now >= session.expires:
+        if now >= session.expires or now - session.last_seen >= self.idle:
             del self._sessions[session_id]
             return None
+        session.last_seen = now
         return session
 
     def revoke(self, session_id: str | None) -> bool:
         return self._sessions.pop(session_id or "", None) is not None
 
     def _prune(self, now: float) -> None:
-        for sid in [sid for sid, s in self._sessions.items() if now >= s.expires]:
+        for sid in [sid for sid, s in self._sessions.items() if now >= s.expires or now - s.last_seen >= self.idle]:
             del self._sessions[sid]
 
 

@@ -14,6 +14,8 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from gateway.background import Deadline, LoopHealth
+from gateway.admin_limits import FailureLimiter
+from gateway.admin_sessions import SessionStore
 from gateway.catalog import Catalog, Endpoint, endpoints_from_settings
 from gateway.config import Settings
 from gateway.health_states import HealthStates
@@ -25,7 +27,7 @@ from gateway.http.errors import method_not_allowed, not_found, server_error
 from gateway.http.middleware import RequestIdMiddleware
 from gateway.metrics import build_metrics
 from gateway.pipeline.account import Accountant
-from gateway.pipeline.auth import Authenticator
+from gateway.pipeline.auth import Authenticator, open_by_config
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.router import Router
@@ -93,7 +95,7 @@ def build_state(
     return AppState(
         settings=settings,
         catalog=catalog,
-        auth=Authenticator(settings.auth),
+        auth=Authenticator(settings.auth, open_access=open_by_config(settings), stored=settings.persistence.enabled),
         breaker=breaker,
         dispatcher=dispatcher,
         accountant=Accountant(
@@ -109,6 +111,8 @@ def build_state(
         shared=shared,
         tool_monitor=tool_monitor,
         loops=loops,
+        sessions=SessionStore(idle=settings.auth.session_idle_timeout_s),
+        admin_failures=FailureLimiter(settings.auth.admin_failures_per_minute),
     )
 
 
@@ -175,10 +179,10 @@ def create_app(
         assert state.shared is not None
         await state.shared.sync_once()  # the shared view before the first request
         state.shared.start()
-        if state.persistence is not None:  # loads stored keys first, so open_access below is right
+        if state.persistence is not None:
             await state.persistence.start(state.catalog, state.auth, state.health)
         if state.auth.open_access:
-            log.warning("no gateway key is configured: the API accepts requests without a key")
+            log.warning("auth is open (auth.open, or no key configured): the API accepts requests without a key")
         state.probes = build_runner(state)
         if state.tool_monitor is not None:  # a passive alarm may only start the gateway's own suite
             state.tool_monitor.confirm = partial(state.probes.run, probes=["toolcalls"], trigger=TOOL_MONITOR)
@@ -196,7 +200,7 @@ def create_app(
     return GatewayApp(
         fast_routes=openai_routes.fast_routes,
         routes=[*openai_routes.routes, *health.routes, *admin.routes, *admin_api.routes, *admin_probes.routes, *metrics_route.routes, *route_admin.routes, *dashboard.routes],
-        middleware=[Middleware(RequestIdMiddleware)],
+        middleware=[Middleware(RequestIdMiddleware), Middleware(admin.NoStoreMiddleware)],
         exception_handlers={404: not_found, 405: method_not_allowed, Exception: server_error},
         lifespan=lifespan,
     )

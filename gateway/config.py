@@ -51,6 +51,17 @@ class ServerConfig(_Frozen):
     # then local engines) fits in this budget: under Kubernetes' default 30 s grace period.
     shutdown_timeout_s: float = Field(25.0, gt=0, allow_inf_nan=False)
 
+    # The address clients use (e.g. https://gw.example.com behind a TLS proxy): an https URL makes
+    # the dashboard's session cookie Secure even when the socket itself is plain http.
+    public_url: str | None = None
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return v
+
 
 class TimeoutConfig(_Frozen):
     """Seconds. `first_byte` covers headers and the first body bytes; `between_chunks` each later read."""
@@ -189,6 +200,23 @@ class GatewayKey(_Frozen):
 class AuthConfig(_Frozen):
     keys: tuple[GatewayKey, ...] = ()
     admin_key: SecretStr | None = None
+    # Accept callers without a key. True is refused on a non-loopback bind; unset means open only
+    # when no key can exist (no auth.keys and persistence off), never because a read failed.
+    open: bool | None = None
+    # Past this long without a successful key refresh, database keys are refused (503
+    # key_store_unavailable) so a revocation cannot stay unseen; config keys keep working.
+    max_key_staleness_s: float = Field(60.0, gt=0)
+    # Dashboard sessions end after this long without a request (and after 12 h in any case).
+    session_idle_timeout_s: float = Field(1800.0, gt=0)
+    # Failed admin sign-ins and admin bearer checks allowed per client address per minute.
+    admin_failures_per_minute: int = Field(10, ge=1)
+
+    @field_validator("admin_key")
+    @classmethod
+    def _long_admin_key(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and len(v.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters")
+        return v
 
 
 class EngineConfig(_Frozen):
@@ -270,6 +298,8 @@ class PersistenceConfig(_Frozen):
     store_bodies: bool = False
     # How often each replica re-reads gateway keys and manual endpoint states from the database.
     refresh_interval: float = Field(5.0, gt=0)
+    # A refresh that has not answered by then counts as failed (the next round tries again).
+    refresh_timeout: float = Field(10.0, gt=0)
     shutdown_timeout: float = Field(10.0, gt=0)
     # A batch write or a refresh that takes longer counts as the database being down (retried).
     write_timeout: float = Field(30.0, gt=0)
@@ -293,6 +323,8 @@ class MetricsConfig(_Frozen):
     """Prometheus metrics at ``/metrics`` (a registry per app; bounded labels only)."""
 
     enabled: bool = True
+    # Ask for the admin key (Bearer) on /metrics.
+    require_auth: bool = False
 
 
 def key_digest(raw: str) -> str:
@@ -479,10 +511,12 @@ def _one_line(exc: ValidationError) -> str:
 
 
 class ClientSettings(BaseSettings):
-    """What `gwctl`'s client commands need to reach a running gateway (``GW_URL``, ``GW_ADMIN_KEY``)."""
+    """What `gwctl`'s client commands need to reach a running gateway (``GW_URL``, ``GW_ADMIN_KEY``,
+    or ``GW_ADMIN_KEY_FILE``: a file holding the key, so it is on no command line)."""
 
     model_config = SettingsConfigDict(env_prefix="GW_", frozen=True, extra="ignore")
 
     url: str = "http://127.0.0.1:8080"
     admin_key: SecretStr | None = None
+    admin_key_file: str | None = None
     timeout: float = 30.0

@@ -2,6 +2,9 @@
 
 Everything below the HTTP edge raises one of these; only `gateway.http.errors`
 turns them into OpenAI error JSON (``{"error": {"message", "type", "param", "code"}}``).
+An upstream failure's `message` is the detail (for the log and the request record); clients get
+its `client_message()`, a stable text per class, since the detail can hold a fragment of a
+provider key or an internal address.
 
 GatewayError                         500 api_error
 ├── ConfigError                      start-up only: a one-line message naming the field
@@ -24,6 +27,7 @@ GatewayError                         500 api_error
 │   ├── ProviderStreamError          the stream broke after it started
 │   └── ProviderResponseTooLarge     502 code=upstream_response_too_large (upstream.limits)
 └── Unavailable                      503: no endpoint can take the request now
+    ├── KeyStoreUnavailable          503: the database's keys are not loaded, or too stale to trust
     └── AllAttemptsFailed            every candidate failed; status follows the last error
 """
 
@@ -49,6 +53,10 @@ class GatewayError(Exception):
         if code is not None:
             self.code = code
         self.headers = headers or {}
+
+    def client_message(self) -> str:
+        """What the client reads; the gateway's own errors say it all, an upstream's do not."""
+        return self.message
 
 
 class ConfigError(GatewayError):
@@ -111,6 +119,7 @@ class ProviderError(GatewayError):
     status_code = 502
     error_type = "api_error"
     code = "upstream_error"
+    public_message = "The upstream provider failed to answer the request."
     retryable = True
     # Whether another endpoint may be tried. False when the request itself is at fault.
     fallback = True
@@ -133,29 +142,37 @@ class ProviderError(GatewayError):
         self.retry_after = retry_after
         self.upstream_body = upstream_body
 
+    def client_message(self) -> str:
+        return self.public_message
+
 
 class ProviderConnectError(ProviderError):
-    code = "upstream_connect_error"
+    code = "upstream_unreachable"
+    public_message = "The upstream provider could not be reached."
 
 
 class ProviderTimeout(ProviderError):
     status_code = 504
     code = "upstream_timeout"
+    public_message = "The upstream provider did not answer in time."
 
 
 class ProviderRateLimited(ProviderError):
     status_code = 429
     error_type = "rate_limit_error"
     code = "upstream_rate_limited"
+    public_message = "The upstream provider is limiting the rate of requests; retry later."
 
 
 class ProviderServerError(ProviderError):
     code = "upstream_server_error"
+    public_message = "The upstream provider had an internal error."
 
 
 class ProviderAuthError(ProviderError):
     retryable = False
-    code = "upstream_auth_error"
+    code = "upstream_auth_failed"
+    public_message = "The upstream provider refused the gateway's credentials for it (the gateway's configuration)."
 
 
 class ProviderRejected(ProviderError):
@@ -171,9 +188,13 @@ class ProviderRejected(ProviderError):
         super().__init__(message, **kwargs)  # type: ignore[arg-type]
         self.status_code = status_code
 
+    def client_message(self) -> str:
+        return self.message  # the upstream's word on the client's own request (context too long...)
+
 
 class ProviderStreamError(ProviderError):
     code = "upstream_stream_error"
+    public_message = "The upstream provider's stream broke off."
 
 
 class ProviderResponseTooLarge(ProviderError):
@@ -194,16 +215,26 @@ class Unavailable(GatewayError):
     code = "no_endpoint_available"
 
 
+class KeyStoreUnavailable(Unavailable):
+    code = "key_store_unavailable"
+
+
 class AllAttemptsFailed(Unavailable):
     """Every candidate failed. Status and code follow the last upstream error."""
 
-    def __init__(self, message: str, *, last: ProviderError | None, attempts: int) -> None:
+    def __init__(self, message: str, *, last: ProviderError | None, attempts: int, model: str = "") -> None:
         super().__init__(message)
         self.last = last
         self.attempts = attempts
+        self.model = model
         if last is not None:
             self.status_code = last.status_code
             self.error_type = last.error_type
             self.code = last.code
             if last.retry_after is not None:
                 self.headers = {"retry-after": str(max(1, round(last.retry_after)))}
+
+    def client_message(self) -> str:
+        if self.last is None:
+            return self.message
+        return f"All {self.attempts} attempts for `{self.model}` failed: {self.last.client_message()}"

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.admin_limits import FailureLimiter
 from gateway.admin_sessions import SessionStore
 from gateway.background import LoopHealth
 from gateway.catalog import Catalog
@@ -48,6 +49,8 @@ class AppState:
     shared: SharedState | None = None
     # Dashboard sign-in sessions (gateway.http.dashboard); the admin guard accepts them.
     sessions: SessionStore = field(default_factory=SessionStore)
+    # Failed admin sign-ins and admin bearer checks per client address (gateway.http.admin).
+    admin_failures: FailureLimiter = field(default_factory=lambda: FailureLimiter(10))
     # The probe runner (probes.runner.ProbeRunner): on-demand audits and the scheduler use it.
     probes: Any = None
     # Passive tool-call validation of live responses (counts per endpoint; an alarm starts the suite).

@@ -15,4 +15,5 @@ apt_install() {
 command -v npm >/dev/null || apt_install nodejs npm
 npm ci --prefix tests/e2e/node --no-audit --no-fund --loglevel=error
 bash scripts/services.sh
+bash scripts/test_databases.sh
 exec .venv/bin/python -m pytest "$@"

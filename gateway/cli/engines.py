@@ -7,21 +7,19 @@ import json
 import sys
 from typing import Any
 
-from gateway.cli.client import AdminClient, GatewayUnreachable
-from gateway.config import ClientSettings
+from gateway.cli.client import AdminClient, GatewayUnreachable, add_admin_key_options, client_settings
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("engines", help="list the local engines of a running gateway")
     p.add_argument("--url", help="gateway base URL (default: $GW_URL or http://127.0.0.1:8080)")
-    p.add_argument("--admin-key", help="admin key (default: $GW_ADMIN_KEY)")
+    add_admin_key_options(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    overrides = {k: v for k, v in (("url", args.url), ("admin_key", args.admin_key)) if v}
-    client = AdminClient(ClientSettings(**overrides))
+    client = AdminClient(client_settings(args))
     try:
         engines = client.get("/admin/api/engines")["data"]
     except GatewayUnreachable as exc:

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 import httpx
 
-from gateway.config import ClientSettings
+from gateway.cli.client import add_admin_key_options, client_settings
 
 EXIT_HEALTHY, EXIT_DEGRADED, EXIT_ERROR = 0, 1, 2
 
@@ -34,7 +34,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--probes", help="comma-separated probe or suite names (default: quality)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--url", help="the gateway's base URL (default: $GW_URL)")
-    p.add_argument("--admin-key", help="the admin key (default: $GW_ADMIN_KEY)")
+    add_admin_key_options(p)
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for the whole audit (default 1800)")
     p.set_defaults(run=run)
 
@@ -113,9 +113,9 @@ def run(args: argparse.Namespace) -> int:
     if not (args.provider or args.model or args.endpoint):
         print("gwctl probe: say what to probe: --provider, --model or --endpoint", file=sys.stderr)
         return EXIT_ERROR
-    client = ClientSettings()
-    url = (args.url or client.url).rstrip("/")
-    key = args.admin_key or (client.admin_key.get_secret_value() if client.admin_key is not None else None)
+    client = client_settings(args)
+    url = client.url.rstrip("/")
+    key = client.admin_key.get_secret_value() if client.admin_key is not None else None
     body: dict[str, Any] = {k: v for k, v in (("provider", args.provider), ("model", args.model),
                                                 ("endpoint", args.endpoint)) if v}
     if args.probes:

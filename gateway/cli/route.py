@@ -25,7 +25,8 @@ import httpx
 import yaml
 
 from gateway.catalog import Catalog, endpoints_from_settings
-from gateway.config import ClientSettings, Settings, load_config
+from gateway.cli.client import add_admin_key_options, client_settings
+from gateway.config import Settings, load_config
 from gateway.engines import all_engine_endpoints
 from gateway.errors import GatewayError
 from gateway.pipeline.validate import validate
@@ -49,6 +50,7 @@ def add_parser(sub: Any) -> None:
     e.add_argument("--key", help="the gateway key name the request would come with (its policy applies)")
     e.add_argument("--json", action="store_true", help="print the explanation as JSON")
     e.add_argument("--live", action="store_true", help="explain against a running gateway's live state ($GW_URL, $GW_ADMIN_KEY)")
+    add_admin_key_options(e)
     e.set_defaults(run=run_explain)
     p.set_defaults(run=lambda args: (p.print_help(sys.stderr), 2)[1])
 
@@ -131,8 +133,8 @@ async def explain_with(router: Router, op: str, body: dict[str, Any], key: str |
     return doc, text
 
 
-def _live(op: str, body: dict[str, Any], key: str | None) -> dict[str, Any]:
-    client = ClientSettings()
+def _live(op: str, body: dict[str, Any], key: str | None, args: Any) -> dict[str, Any]:
+    client = client_settings(args)
     headers = {}
     if client.admin_key is not None:
         headers["authorization"] = f"Bearer {client.admin_key.get_secret_value()}"
@@ -163,7 +165,7 @@ def run_explain(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.live:
-            doc = _live(args.op, body, args.key)
+            doc = _live(args.op, body, args.key, args)
             text = doc.pop("table", "")
         else:
             doc, text = asyncio.run(explain_request(dry_run_settings(args.config), args.op, body, args.key))

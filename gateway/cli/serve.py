@@ -17,6 +17,8 @@ from gateway.app import create_app, drain_timeout
 from gateway.background import Deadline
 from gateway.config import Settings, load_config
 from gateway.engines import all_engine_endpoints
+from gateway.pipeline.auth import open_bind_problem
+from gateway.redact import install_log_redaction
 
 log = logging.getLogger("gateway")
 
@@ -35,6 +37,9 @@ def run(args: argparse.Namespace) -> int:
     if args.host or args.port is not None:
         server = server.model_copy(update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None})
         settings = settings.model_copy(update={"server": server})
+    if (problem := open_bind_problem(settings)) is not None:
+        print(f"gwctl: {problem}", file=sys.stderr)
+        return 2
     if (problem := check_schema(settings)) is not None:  # before logging is set up: one line only
         print(f"gwctl: {problem}", file=sys.stderr)
         return 2
@@ -47,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
+    install_log_redaction()  # URL passwords never reach the log
     # The engines' health checks would log every poll at INFO.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     return _run_loop(serve(settings))
@@ -149,6 +155,8 @@ async def _serve_gateway(settings: Settings, supervisors: list[Any]) -> int:
         shutdown=deadline,
     )
     server = GatewayServer(server_config(app, settings), deadline)
+    for name in ("uvicorn", "uvicorn.access"):  # uvicorn's own handlers, set up by its Config
+        install_log_redaction(logging.getLogger(name))
     # uvicorn re-raises SIGINT/SIGTERM after its graceful shutdown, with the handlers it found
     # installed; make those no-ops so our caller still stops the engines cleanly.
     previous = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from gateway.config import load_config
+from gateway.redact import install_log_redaction
 from probes.worker import run_worker
 
 
@@ -43,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
+    install_log_redaction()  # URL passwords never reach the log
     counts = asyncio.run(_main(settings))
     print(f"gwctl worker: stopped after {counts['runs']} runs ({counts['skipped']} left to other replicas, "
           f"{counts['failures']} failed)", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict
 
@@ -9,11 +10,31 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import admin_sessions
-from gateway.errors import GatewayError
+from gateway.errors import AuthenticationFailed, GatewayError, PermissionDenied, RateLimited
 from gateway.http.errors import error_response
 from gateway.state import AppState
+
+
+def check_admin_key(request: Request, authorization: str | None) -> None:
+    """The admin key check behind every admin route and the dashboard's sign-in, limited per
+    client address: past `auth.admin_failures_per_minute` failures the key is not even checked."""
+    state: AppState = request.state.gw
+    address = request.client.host if request.client else ""
+    now = state.clock()
+    if (wait := state.admin_failures.retry_in(address, now)) is not None:
+        raise RateLimited(
+            "Too many failed admin authentications from this address; try again later.",
+            headers={"retry-after": str(max(1, math.ceil(wait)))},
+        )
+    try:
+        state.auth.authenticate_admin(authorization)
+    except (AuthenticationFailed, PermissionDenied):
+        if state.auth.admin_enabled and authorization is not None:  # a key was tried, and it was wrong
+            state.admin_failures.failed(address, now)
+        raise
 
 
 def _guard(request: Request) -> Response | None:
@@ -25,10 +46,32 @@ def _guard(request: Request) -> Response | None:
             csrf = request.headers.get(admin_sessions.CSRF_HEADER)
             admin_sessions.admit(state.sessions, cookie, request.method, csrf, state.clock())
         else:
-            state.auth.authenticate_admin(authorization)
+            check_admin_key(request, authorization)
     except GatewayError as exc:
         return error_response(exc, {"x-request-id": request.scope["gateway.request_id"]})
     return None
+
+
+class NoStoreMiddleware:
+    """``cache-control: no-store`` on every /admin response that does not set its own: admin JSON
+    (keys' spend, endpoint state) must not sit in a browser's or a proxy's cache."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/admin"):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_no_store(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = message.setdefault("headers", [])
+                if not any(name.lower() == b"cache-control" for name, _ in headers):
+                    headers.append((b"cache-control", b"no-store"))
+            await send(message)
+
+        await self.app(scope, receive, send_no_store)
 
 
 async def list_endpoints(request: Request) -> Response:

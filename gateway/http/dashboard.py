@@ -24,12 +24,14 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import admin_sessions
-from gateway.errors import GatewayError, InvalidRequest
+from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge
+from gateway.http.admin import check_admin_key
 from gateway.http.errors import error_response
 from gateway.state import AppState
 
 WEB_DIR = Path(__file__).resolve().parents[2] / "dashboards" / "web"
 COOKIE_PATH = "/admin"
+SIGN_IN_MAX_BYTES = 4096
 
 # No inline script or style anywhere: uPlot styles elements through the CSSOM, which CSP allows.
 CSP = (
@@ -109,7 +111,7 @@ async def session(request: Request) -> Response:
         state.sessions.revoke(current.id)
         response = _json({"signed_out": True})
         response.delete_cookie(
-            admin_sessions.COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict"
+            admin_sessions.COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict", secure=_behind_tls(request, state)
         )
         return response
     return _json(
@@ -128,15 +130,13 @@ async def _sign_in(request: Request, state: AppState) -> Response:
     ):
         raise InvalidRequest('Sign in with a JSON body: {"key": "<admin key>"}.')
     try:
-        body = orjson.loads(await request.body())
+        body = orjson.loads(await _small_body(request))
     except orjson.JSONDecodeError:
         raise InvalidRequest(
             'Sign in with a JSON body: {"key": "<admin key>"}.'
         ) from None
     key = body.get("key") if isinstance(body, dict) else None
-    state.auth.authenticate_admin(
-        f"Bearer {key}" if isinstance(key, str) and key.strip() else None
-    )
+    check_admin_key(request, f"Bearer {key}" if isinstance(key, str) and key.strip() else None)
     new = state.sessions.create(state.clock())
     response = _json({"csrf_token": new.csrf, "expires_in": round(state.sessions.ttl)})
     response.set_cookie(
@@ -146,9 +146,30 @@ async def _sign_in(request: Request, state: AppState) -> Response:
         path=COOKIE_PATH,
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=_behind_tls(request, state),
     )
     return response
+
+
+def _behind_tls(request: Request, state: AppState) -> bool:
+    """The socket is https, or the config says clients reach us over https (a TLS proxy in front)."""
+    public = state.settings.server.public_url
+    return request.url.scheme == "https" or (public is not None and public.lower().startswith("https://"))
+
+
+async def _small_body(request: Request) -> bytes:
+    """The sign-in body, refused past SIGN_IN_MAX_BYTES: by its declared length before anything is
+    read, else as soon as the bytes read pass the limit."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > SIGN_IN_MAX_BYTES:
+        raise PayloadTooLarge(f"The sign-in body is {length} bytes; the limit is {SIGN_IN_MAX_BYTES}.")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > SIGN_IN_MAX_BYTES:
+            raise PayloadTooLarge(f"The sign-in body exceeds the limit of {SIGN_IN_MAX_BYTES} bytes.")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 routes = [

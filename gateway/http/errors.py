@@ -11,18 +11,25 @@ from starlette.responses import Response
 from gateway.errors import GatewayError, NotFound
 
 
-def error_body(exc: GatewayError) -> dict[str, dict[str, object]]:
-    return {"error": {"message": exc.message, "type": exc.error_type, "param": exc.param, "code": exc.code}}
+def error_body(exc: GatewayError, request_id: str | None = None) -> dict[str, dict[str, object]]:
+    """The client's view: an upstream failure says only what kind it was (`client_message`) and
+    the request id to quote; its detail is in the log and the request record. An upstream's
+    refusal of the request itself (ProviderRejected) is passed through as it came."""
+    message = exc.client_message()
+    if request_id and message != exc.message:  # a detail was held back: say where to find it
+        message = f"{message} (request id {request_id})"
+    return {"error": {"message": message, "type": exc.error_type, "param": exc.param, "code": exc.code}}
 
 
 def error_response(exc: GatewayError, headers: Mapping[str, str] | None = None) -> Response:
     merged = dict(headers or {})
     merged.update(exc.headers)
-    return Response(orjson.dumps(error_body(exc)), status_code=exc.status_code, headers=merged, media_type="application/json")
+    body = error_body(exc, merged.get("x-request-id"))
+    return Response(orjson.dumps(body), status_code=exc.status_code, headers=merged, media_type="application/json")
 
 
-def error_event(exc: GatewayError) -> bytes:
-    return b"data: " + orjson.dumps(error_body(exc)) + b"\n\n"
+def error_event(exc: GatewayError, request_id: str | None = None) -> bytes:
+    return b"data: " + orjson.dumps(error_body(exc, request_id)) + b"\n\n"
 
 
 async def not_found(request: Request, exc: Exception) -> Response:

@@ -20,6 +20,8 @@ async def readyz(request: Request) -> Response:
     not_ready = [ep.id for ep in state.catalog.endpoints if not ep.is_ready()]
     models_down = [m for m in state.catalog.models() if all(not ep.is_ready() for ep in state.catalog.candidates(m))]
     ok = bool(state.catalog.endpoints) and not models_down
+    # Keys only the database can vouch for get 503 now: let the balancer prefer a replica that can.
+    ok = ok and state.auth.store_usable
     body = {
         "status": "ready" if ok else "not_ready",
         "endpoints": len(state.catalog.endpoints),
@@ -28,6 +30,9 @@ async def readyz(request: Request) -> Response:
     }
     if not state.catalog.endpoints:
         body["reason"] = "no endpoint is configured"
+    body["auth"] = auth = state.auth.status()
+    if "reason" in auth:
+        body.setdefault("reason", f"key store unavailable: {auth['reason']}")
     if state.shared is not None:
         # A store outage does not make the gateway unready: it serves on local state, and says so.
         body["state_store"] = state.shared.status()

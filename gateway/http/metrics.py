@@ -6,7 +6,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.errors import NotFound
+from gateway.errors import GatewayError, NotFound
+from gateway.http.admin import check_admin_key
 from gateway.http.errors import error_response
 from gateway.state import AppState
 
@@ -18,6 +19,11 @@ async def metrics(request: Request) -> Response:
     state: AppState = request.state.gw
     if state.metrics is None:
         return error_response(NotFound("Metrics are disabled (metrics.enabled)."))
+    if state.settings.metrics.require_auth:
+        try:
+            check_admin_key(request, request.headers.get("authorization"))
+        except GatewayError as exc:
+            return error_response(exc, {"x-request-id": request.scope["gateway.request_id"]})
     return Response(state.metrics.render(), media_type=CONTENT_TYPE)
 
 

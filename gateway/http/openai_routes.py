@@ -6,6 +6,7 @@ authenticate -> read + validate -> resolve -> route -> dispatch -> respond/strea
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -23,10 +24,12 @@ from gateway.pipeline.dispatch import Completed, Streaming
 from gateway.pipeline.resolve import resolve
 from gateway.pipeline.stream import relay
 from gateway.pipeline.validate import parse_json, validate
+from gateway.redact import mask_urls
 from gateway.state import AppState
 from providers.base import Operation
 
 T = TypeVar("T")
+log = logging.getLogger("gateway.http")
 _JSON = (b"content-type", b"application/json")
 _SSE = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 
@@ -76,7 +79,16 @@ async def _send_json(send: Send, status: int, body: bytes, headers: dict[str, st
 
 async def _send_error(send: Send, exc: GatewayError, headers: dict[str, str]) -> None:
     merged = {**headers, **exc.headers}
-    await _send_json(send, exc.status_code, orjson.dumps(error_body(exc)), merged)
+    await _send_json(send, exc.status_code, orjson.dumps(error_body(exc, merged.get("x-request-id"))), merged)
+
+
+def note_failure(ctx: RequestContext, exc: GatewayError) -> None:
+    """The status and class for the record; an upstream's detail (which the client does not see)
+    for the record and the log."""
+    ctx.status, ctx.error = exc.status_code, type(exc).__name__
+    if exc.client_message() != exc.message:
+        ctx.error_detail = mask_urls(exc.message)
+        log.warning("request %s failed: %s: %s", ctx.request_id, type(exc).__name__, ctx.error_detail)
 
 
 async def _route_and_dispatch(
@@ -166,7 +178,7 @@ class InferenceEndpoint:
                 state.accountant.record(ctx)
             return
         except GatewayError as exc:
-            ctx.status, ctx.error = exc.status_code, type(exc).__name__
+            note_failure(ctx, exc)
             try:
                 await _send_error(send, exc, ctx.response_headers(clock()))
             finally:
@@ -192,7 +204,11 @@ class InferenceEndpoint:
 
         headers = _raw(ctx.response_headers(clock()))
         headers.extend(_SSE)
-        stream = relay(ctx, result, error_event=error_event, on_failure=on_failure, on_finish=state.accountant.record)
+        def failed_event(exc: GatewayError) -> bytes:
+            note_failure(ctx, exc)
+            return error_event(exc, ctx.request_id)
+
+        stream = relay(ctx, result, error_event=failed_event, on_failure=on_failure, on_finish=state.accountant.record)
         task = asyncio.current_task()
         assert task is not None
         gone = False

@@ -14,6 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.errors import GatewayError, InvalidRequest
+from gateway.http.admin import check_admin_key
 from gateway.http.errors import error_response
 from gateway.state import AppState
 
@@ -24,7 +25,7 @@ async def explain_route(request: Request) -> Response:
     state: AppState = request.state.gw
     headers = {"x-request-id": request.scope["gateway.request_id"]}
     try:
-        state.auth.authenticate_admin(request.headers.get("authorization"))
+        check_admin_key(request, request.headers.get("authorization"))
         try:
             payload = orjson.loads(await request.body())
         except orjson.JSONDecodeError:

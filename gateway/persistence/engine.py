@@ -4,6 +4,7 @@ an engine plus the threads that run its blocking calls, so the event loop never 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -14,6 +15,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 
 from gateway.config import DatabaseConfig
+from gateway.redact import mask_urls
 
 T = TypeVar("T")
 
@@ -27,8 +29,8 @@ def database_url(raw: str) -> URL:
 
 
 def safe_url(raw: str) -> str:
-    """The URL for messages and logs, without its password."""
-    return database_url(raw).render_as_string(hide_password=True)
+    """The URL for messages and logs, without its password (nor one in its query string)."""
+    return mask_urls(database_url(raw).render_as_string(hide_password=True))
 
 
 def make_engine(config: DatabaseConfig) -> Engine:
@@ -63,7 +65,14 @@ def postgres_connect_args(config: DatabaseConfig) -> dict[str, Any]:
 
 def _sqlite_engine(url: URL, config: DatabaseConfig) -> Engine:
     if url.database and url.database != ":memory:":
-        Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        path = Path(url.database).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Created 0600 before SQLite opens it (its -wal and -shm files take the same mode). Only
+        # when new: closing any descriptor of an open database drops this process's locks on it.
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            pass
     engine = create_engine(
         url,
         pool_size=config.pool_size,

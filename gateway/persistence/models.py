@@ -114,6 +114,8 @@ request_log = Table(
     # Only when persistence.store_bodies is on.
     Column("request_body", Text),
     Column("response_body", Text),
+    # An upstream failure's detail; the client saw only a stable message and the request id.
+    Column("error_detail", String(1000)),
     Index(None, "endpoint_id", "at"),
     Index(None, "key_name", "at"),
 )

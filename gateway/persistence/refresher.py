@@ -4,6 +4,8 @@ with `gwctl keys`, or an endpoint demoted on another replica, takes effect here 
 
 from __future__ import annotations
 
+import asyncio
+
 from sqlalchemy import Engine
 
 from gateway.health_states import EndpointHealth, HealthStates
@@ -18,14 +20,17 @@ def _load(engine: Engine) -> tuple[KeySet, dict[str, EndpointHealth]]:
 
 
 class Refresher:
-    def __init__(self, db: Database, auth: Authenticator, health: HealthStates) -> None:
+    def __init__(self, db: Database, auth: Authenticator, health: HealthStates, *, timeout: float) -> None:
         self._db = db
         self._auth = auth
         self._health = health
+        self._timeout = timeout
         self.rounds = 0
 
     async def refresh(self) -> None:
-        keys, states = await self._db.run(_load)
-        self._auth.set_stored_keys(keys.active, any_defined=keys.any_defined)
+        """Raises TimeoutError past `timeout` (a half-open connection must not hold the keys' age
+        at its last success while looking busy); the query's thread finishes on its own."""
+        keys, states = await asyncio.wait_for(self._db.run(_load), self._timeout)
+        self._auth.set_stored_keys(keys.active)
         self._health.apply(states)
         self.rounds += 1

@@ -2,7 +2,8 @@
 app (no I/O at construction) and started and closed by its lifespan.
 
 Start-up never fails for want of a database: the gateway serves, records queue and spill, keys
-from config still work, and the first successful round loads the stored keys and syncs the catalog.
+from config still work (others get 503 until the first successful round loads the stored keys),
+and the first successful round also syncs the catalog.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class Persistence:
 
     async def start(self, catalog: Catalog, auth: Authenticator, health: HealthStates) -> None:
         self._catalog = catalog
-        self._refresher = Refresher(self.db, auth, health)
+        self._refresher = Refresher(self.db, auth, health, timeout=self.settings.persistence.refresh_timeout)
         try:
             await self._refresh()
         except Exception as exc:

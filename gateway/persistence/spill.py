@@ -59,7 +59,8 @@ class SpillFile:
             raise SpillFull(f"spill file {self.path} is at its limit of {self.max_bytes} bytes")
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "ab")
+            # 0600: records name keys and models (and hold bodies when those are kept).
+            self._file = os.fdopen(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
         self._file.write(line)
         self._size += len(line)
 

@@ -68,6 +68,7 @@ class ProcessStore:
     def __init__(self, database: DatabaseConfig) -> None:
         self._config = database.model_dump_json()
         self._proc: asyncio.subprocess.Process | None = None
+        self._killed: list[asyncio.subprocess.Process] = []  # reaped at aclose
         self._lock = asyncio.Lock()
         self._killed: list[asyncio.subprocess.Process] = []  # discarded workers, reaped at close
 
@@ -82,6 +83,9 @@ class ProcessStore:
         return int(reply["written"]), int(reply["rejected"])
 
     async def aclose(self) -> None:
+        killed, self._killed = self._killed, []
+        for dead in killed:
+            await dead.wait()
         proc, self._proc = self._proc, None
         killed, self._killed = self._killed, []
         for dead in killed:  # a worker killed mid-call (a write cut short at shutdown) is reaped here
@@ -122,18 +126,24 @@ class ProcessStore:
     async def _started(self) -> asyncio.subprocess.Process:
         if self._proc is not None and self._proc.returncode is None:
             return self._proc
+        self._killed = [dead for dead in self._killed if dead.returncode is None]
         root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-        self._proc = await asyncio.create_subprocess_exec(
+        proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "gateway.persistence.worker",
-            self._config,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             env=env,
         )
-        return self._proc
+        # The config (its URL may hold a password) goes down the pipe as the first frame, never on
+        # the command line, where any local user can read it (`ps`, /proc/PID/cmdline).
+        assert proc.stdin is not None
+        config = self._config.encode()
+        proc.stdin.write(FRAME.pack(len(config)) + config)
+        self._proc = proc
+        return proc
 
     def _discard(self, proc: asyncio.subprocess.Process) -> None:
         if proc.returncode is None:

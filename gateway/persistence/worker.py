@@ -1,9 +1,11 @@
 """The persistence worker: a child process that writes request-record batches to the database, so
 the gateway's own process never does (see `stores.ProcessStore`).
 
-    python -m gateway.persistence.worker '<DatabaseConfig JSON>'
+    python -m gateway.persistence.worker
 
-Reads length-prefixed JSON frames on stdin, answers each on stdout, exits at end of input:
+Reads length-prefixed JSON frames on stdin: first the `DatabaseConfig` (over the pipe, so the
+database URL and its password are on no command line), then requests, each answered on stdout;
+exits at end of input:
     {"op": "write", "rows": [...]}           -> {"ok": true, "rejected": [index, ...]}
     {"op": "replay", "spill": path, ...}     -> {"ok": true, "written": n, "rejected": m}
     any failure                              -> {"ok": false, "error": "..."}
@@ -58,9 +60,20 @@ def serve(engine: Engine, stdin: BinaryIO, stdout: BinaryIO) -> None:
         stdout.flush()
 
 
+def read_config(stdin: BinaryIO) -> DatabaseConfig | None:
+    header = stdin.read(FRAME.size)
+    if len(header) < FRAME.size:
+        return None
+    (size,) = FRAME.unpack(header)
+    return DatabaseConfig.model_validate_json(stdin.read(size))
+
+
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    engine = make_engine(DatabaseConfig.model_validate_json(argv[1]))
+    config = read_config(sys.stdin.buffer)
+    if config is None:
+        return 0  # closed before it said anything
+    engine = make_engine(config)
     try:
         serve(engine, sys.stdin.buffer, sys.stdout.buffer)
     except KeyboardInterrupt:

@@ -45,6 +45,8 @@ class RequestRecord:
     # response body (a stream's event payloads, one per line).
     request_body: object = None
     response_body: bytes | None = None
+    # An upstream failure's detail (the client got a stable message and the request id).
+    error_detail: str | None = None
 
 
 class RecordSink(Protocol):
@@ -102,6 +104,7 @@ class Accountant:
             ttft_s=ctx.ttft,
             latency_s=now - ctx.started,
             overhead_ms=ctx.overhead_ms(now),
+            error_detail=ctx.error_detail,
         )
         if self.keep_bodies:
             record.request_body = ctx.body

@@ -26,6 +26,8 @@ class RequestContext:
     ttft: float | None = None
     status: int = 200
     error: str | None = None
+    # An upstream failure's detail, which the client does not see (for the record and the log).
+    error_detail: str | None = None
     # Set to [] when response bodies are kept (persistence.store_bodies); stages append payloads.
     response_parts: list[bytes] | None = None
     # Routing: the decision's per-request state (gateway.routing.router.RouteTicket), its

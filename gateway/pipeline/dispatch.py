@@ -184,7 +184,10 @@ class Dispatcher:
     def _exhausted(self, ctx: RequestContext, last: ProviderError | None) -> AllAttemptsFailed:
         detail = f": {last.message}" if last else ""
         return AllAttemptsFailed(
-            f"All {ctx.attempts} attempts for `{ctx.model}` failed{detail}", last=last, attempts=ctx.attempts
+            f"All {ctx.attempts} attempts for `{ctx.model}` failed{detail}",
+            last=last,
+            attempts=ctx.attempts,
+            model=ctx.model,
         )
 
     async def _attempt(self, ctx: RequestContext, endpoint: Endpoint) -> Completed | Streaming:

@@ -30,6 +30,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 from redis.retry import Retry
 
+from gateway.redact import mask_urls
 from gateway.state_store.base import (
     AffinityEntry,
     BreakerShared,
@@ -252,7 +253,7 @@ class RedisStore:
     name = "redis"
 
     def __init__(self, url: str, *, prefix: str = "gw:", timeout: float = 0.25, client: Redis | None = None) -> None:
-        self.url = url
+        self.url = mask_urls(url)  # for messages: /readyz and the log show it
         self._p = prefix
         self._timeout = timeout
         self._r = client or Redis.from_url(
@@ -281,7 +282,8 @@ class RedisStore:
                 return await awaitable
         except (RedisError, OSError, TimeoutError) as exc:
             kind = StoreRejected if isinstance(exc, ResponseError) and _refuses_values(exc) else StoreUnavailable
-            raise kind(f"redis at {self.url}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")) from None
+            first = mask_urls(str(exc).splitlines()[0]) if str(exc) else ""
+            raise kind(f"redis at {self.url}: {type(exc).__name__}: {first}".rstrip(": ")) from None
 
     async def ping(self) -> None:
         await self._call(self._r.ping())

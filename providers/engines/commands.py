@@ -125,9 +125,26 @@ ENGINE_KINDS: Mapping[str, EngineKind] = MappingProxyType({
 })
 
 
+# What an engine may inherit: the basics of a process, and its own runtime's settings (GPU, threads,
+# caches). Nothing else: the gateway's environment holds provider keys and the admin key.
+ENGINE_ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM",
+    "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "XDG_CACHE_HOME",
+})  # fmt: skip
+ENGINE_ENV_PREFIXES = (
+    "LC_", "CUDA_", "NVIDIA_", "HIP_", "ROCR_", "HSA_", "NCCL_", "OMP_", "MKL_", "KMP_", "OPENBLAS_",
+    "GGML_", "VLLM_", "SGLANG_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TORCH", "PYTORCH_", "TRITON_",
+)  # fmt: skip
+
+
 def engine_environment(kind: EngineKind, environ: Mapping[str, str]) -> dict[str, str]:
-    """The child's environment: the gateway's, minus what the engine would misread as settings."""
-    env = {k: v for k, v in environ.items() if k.lower() not in kind.settings_env}
+    """The child's environment: an explicit, minimal one (see ENGINE_ENV_NAMES), minus what the
+    engine would misread as settings."""
+    env = {
+        k: v
+        for k, v in environ.items()
+        if (k in ENGINE_ENV_NAMES or k.startswith(ENGINE_ENV_PREFIXES)) and k.lower() not in kind.settings_env
+    }
     # Engine output goes through a pipe; unbuffered keeps log lines timely and in order.
     env["PYTHONUNBUFFERED"] = "1"
     # Console scripts such as `vllm` live beside the interpreter, which may not be on PATH.

@@ -1,19 +1,23 @@
-"""Dashboard sessions and CSRF: the store (expiry, revocation, cap), the CSRF check, and over HTTP the
-sign-in cookie, the admin guard accepting the session, CSRF on state-changing calls, and sign-out."""
+"""Dashboard sessions and CSRF: the store (expiry, idle timeout, revocation, cap), the CSRF check, and
+over HTTP the sign-in cookie (Secure behind TLS), the admin guard accepting the session, CSRF on
+state-changing calls, sign-out, failure limits per address, no-store, and the sign-in body limit."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from starlette.requests import Request
 from starlette.testclient import TestClient
 
 from gateway import admin_sessions
 from gateway.admin_sessions import SessionStore, admit, csrf_ok
 from gateway.app import create_app
 from gateway.config import load_config
-from gateway.errors import AuthenticationFailed, PermissionDenied
+from gateway.errors import AuthenticationFailed, ConfigError, PermissionDenied
+from gateway.http import dashboard
 from providers.http_mock import MockHTTPClient, MockResponse
 
 ADMIN_KEY = "sk-admin-session-0001"
@@ -260,3 +264,97 @@ def test_pages_carry_a_strict_content_security_policy(client: TestClient) -> Non
         "<script>" not in page.text and " style=" not in page.text
     )  # no inline script or style
     assert ADMIN_KEY not in page.text
+
+
+# --- hostile edges ---------------------------------------------------------------------------
+
+
+def _app(clock: Any = None, **config: Any) -> Any:
+    settings = _settings()
+    for section, values in config.items():
+        part = getattr(settings, section).model_copy(update=values)
+        settings = settings.model_copy(update={section: part})
+    kwargs = {"clock": clock} if clock is not None else {}
+    return create_app(settings, client_factory=lambda: MockHTTPClient(_upstream), **kwargs)
+
+
+def test_the_cookie_is_secure_when_the_public_url_is_https() -> None:
+    with TestClient(_app(server={"public_url": "https://gw.example.com"})) as c:  # plain http socket
+        cookie = c.post(SESSION, json={"key": ADMIN_KEY}).headers["set-cookie"].lower()
+        assert "; secure" in cookie
+    with TestClient(_app()) as c:
+        assert "; secure" not in c.post(SESSION, json={"key": ADMIN_KEY}).headers["set-cookie"].lower()
+
+
+def test_sign_in_failures_are_rate_limited_per_client_address() -> None:
+    app = _app(auth={"admin_failures_per_minute": 3})
+    with TestClient(app, client=("10.0.0.1", 4000)) as c, TestClient(app, client=("10.0.0.2", 4000)) as other:
+        for _ in range(3):
+            assert c.post(SESSION, json={"key": "sk-guess-00000000"}).status_code == 401
+        limited = c.post(SESSION, json={"key": ADMIN_KEY})  # even the right key: not checked now
+        assert limited.status_code == 429 and int(limited.headers["retry-after"]) > 0
+        assert "set-cookie" not in limited.headers
+        assert c.get("/admin/api/endpoints", headers={"authorization": f"Bearer {ADMIN_KEY}"}).status_code == 429
+        assert other.post(SESSION, json={"key": ADMIN_KEY}).status_code == 200  # another address
+
+
+def test_admin_bearer_failures_are_rate_limited_and_the_window_moves_on() -> None:
+    now = [1000.0]
+    app = _app(clock=lambda: now[0], auth={"admin_failures_per_minute": 2})
+    with TestClient(app) as c:
+        wrong = {"authorization": "Bearer sk-guess-00000000"}
+        right = {"authorization": f"Bearer {ADMIN_KEY}"}
+        assert c.get("/admin/api/endpoints", headers=wrong).status_code == 401
+        assert c.get("/admin/api/endpoints", headers={"authorization": f"Bearer {USER_KEY}"}).status_code == 403
+        assert c.get("/admin/api/endpoints", headers=right).status_code == 429
+        assert c.get("/metrics").status_code == 200  # not an admin route unless metrics.require_auth
+        now[0] += 61
+        assert c.get("/admin/api/endpoints", headers=right).status_code == 200
+
+
+def test_sessions_end_after_the_idle_timeout() -> None:
+    store = SessionStore(ttl=3600, idle=60)
+    s = store.create(0.0)
+    assert store.get(s.id, 59.0) is s  # used: the idle clock starts again
+    assert store.get(s.id, 118.0) is s
+    assert store.get(s.id, 178.5) is None  # 60.5 s unused
+    now = [1000.0]
+    with TestClient(_app(clock=lambda: now[0], auth={"session_idle_timeout_s": 60})) as c:
+        _sign_in(c)
+        now[0] += 30
+        assert c.get("/admin/api/health").status_code == 200
+        now[0] += 61
+        assert c.get("/admin/api/health").status_code == 401
+
+
+def test_admin_json_is_never_cached(client: TestClient) -> None:
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    for path in ("/admin/api/endpoints", "/admin/api/engines", "/admin/api/health"):
+        response = client.get(path, headers=admin)
+        assert response.status_code == 200 and response.headers["cache-control"] == "no-store", path
+    assert client.get("/admin/api/endpoints").headers["cache-control"] == "no-store"  # errors too
+
+
+def test_the_admin_key_must_be_at_least_16_characters() -> None:
+    with pytest.raises(ConfigError, match="auth.admin_key: must be at least 16 characters"):
+        load_config(environ={"GW_AUTH__ADMIN_KEY": "sk-short-admin"})
+
+
+def test_a_large_sign_in_body_is_refused_before_it_is_read(client: TestClient) -> None:
+    state = client.app_state["gw"]
+
+    async def receive() -> dict[str, Any]:
+        raise AssertionError("the body was read")
+
+    scope = {
+        "type": "http", "method": "POST", "path": SESSION, "scheme": "http", "query_string": b"",
+        "server": ("testserver", 80), "client": ("10.0.0.9", 1), "state": {"gw": state},
+        "gateway.request_id": "req-big",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", b"1048576")],
+    }  # fmt: skip
+    response = asyncio.run(dashboard.session(Request(scope, receive)))
+    assert response.status_code == 413
+    # Without a length (chunked), the read stops at the limit.
+    chunks = (b'{"key": "' + b"x" * 1024 for _ in range(64))
+    big = client.post(SESSION, content=chunks, headers={"content-type": "application/json"})
+    assert big.status_code == 413 and big.json()["error"]["code"] == "payload_too_large"

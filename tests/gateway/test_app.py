@@ -17,7 +17,7 @@ from gateway.config import load_config
 from providers.base import UpstreamRequest
 from providers.http_mock import MockHTTPClient, MockResponse
 
-ADMIN = {"authorization": "Bearer sk-admin-000001"}
+ADMIN = {"authorization": "Bearer sk-admin-0000000001"}
 USAGE = {
     "prompt_tokens": 1000,
     "completion_tokens": 100,
@@ -53,7 +53,7 @@ def answer(request: UpstreamRequest) -> MockResponse:
 @pytest.fixture
 def app_client() -> Iterator[tuple[TestClient, list[MockHTTPClient]]]:
     settings = load_config(
-        environ={"GW_AUTH__ADMIN_KEY": "sk-admin-000001"},
+        environ={"GW_AUTH__ADMIN_KEY": "sk-admin-0000000001"},
         providers=[{"name": "p", "base_url": "http://p.test/v1"}],
         deployments=[
             {

@@ -202,3 +202,13 @@ def test_background_loops_export_their_last_success(client: TestClient) -> None:
     assert abs(loops["state_sync"] - time.time()) < 60
     stale = {s.labels["loop"]: s.value for s in families["gateway_background_stale"]}
     assert stale["state_sync"] == 0.0
+
+
+def test_metrics_can_require_the_admin_key(tmp_path: Path) -> None:
+    config = settings(tmp_path, None, metrics={"require_auth": True})
+    with TestClient(create_app(config, client_factory=lambda: MockHTTPClient(answer))) as client:
+        assert client.get("/metrics").status_code == 401
+        assert client.get("/metrics", headers=USER).status_code == 403  # a gateway key is not enough
+        assert client.get("/metrics", headers=ADMIN).status_code == 200
+    with TestClient(create_app(settings(tmp_path, None), client_factory=lambda: MockHTTPClient(answer))) as client:
+        assert client.get("/metrics").status_code == 200  # off by default: scrapers on a private network

@@ -11,6 +11,7 @@ from gateway.state_store.redis import RedisStore
 from probes.evidence import EVIDENCE_TTL_SECONDS, EvidenceState, EvidenceStore
 from tests.fakes.clock import FakeClock
 from tests.gateway.state_store.redis_helpers import REDIS_URL, delete_prefix, keys_with_ttl, redis_available, unique_prefix
+from tests.services import require
 
 STATE = EvidenceState(cusum={"logprob_drift": 10.5, "fidelity": 0.25}, clean_rounds=2, suspects=("logprob_drift",),
                       errors=3, last_error="connection refused", updated=1234.5)
@@ -36,8 +37,7 @@ async def test_memory_store_keeps_and_expires() -> None:
 
 @pytest.fixture
 async def redis_store() -> AsyncIterator[tuple[RedisStore, str]]:
-    if not redis_available():
-        pytest.skip(f"Redis is not answering at {REDIS_URL} (scripts/services.sh starts it)")
+    require(redis_available(), f"Redis is not answering at {REDIS_URL} (scripts/services.sh starts it)")
     prefix = unique_prefix()
     store = RedisStore(REDIS_URL, prefix=prefix, timeout=1.0)
     try:

@@ -19,6 +19,7 @@ from probes.scheduler import Lease, ProbeScheduler
 from probes.settings import ProbeSettings
 from tests.fakes.clock import FakeClock
 from tests.gateway.state_store.redis_helpers import REDIS_URL, delete_prefix, redis_available, unique_prefix
+from tests.services import require
 
 
 class FakeRunner:
@@ -140,8 +141,7 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
 
         yield Backend(MemoryStore(clock), advance)
         return
-    if not redis_available():
-        pytest.skip(f"Redis is not answering at {REDIS_URL} (scripts/services.sh starts it)")
+    require(redis_available(), f"Redis is not answering at {REDIS_URL} (scripts/services.sh starts it)")
     prefix = unique_prefix()
     store = RedisStore(REDIS_URL, prefix=prefix, timeout=1.0)
     try:

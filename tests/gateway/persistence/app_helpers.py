@@ -11,7 +11,7 @@ from gateway.config import Settings, load_config
 from providers.base import UpstreamRequest
 from providers.http_mock import MockResponse
 
-ADMIN_KEY = "sk-admin-000001"
+ADMIN_KEY = "sk-admin-0000000001"
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
 CONFIG_KEY = "sk-config-key-0001"
 USER = {"authorization": f"Bearer {CONFIG_KEY}"}

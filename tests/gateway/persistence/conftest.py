@@ -16,6 +16,7 @@ from gateway.config import DatabaseConfig
 from gateway.persistence import migrate
 from gateway.persistence.engine import make_engine
 from gateway.persistence.models import metadata
+from tests.services import require
 
 # The server CI and scripts/services.sh bring up; override with GW_TEST_PG (a libpq URL).
 PG_ADMIN = os.environ.get("GW_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
@@ -54,8 +55,7 @@ class PgDatabases:
 
 @pytest.fixture(scope="module")
 def pg_databases() -> Iterator[PgDatabases]:
-    if not pg_available():
-        pytest.skip(f"PostgreSQL is not answering at {PG_ADMIN} (scripts/services.sh starts it)")
+    require(pg_available(), f"PostgreSQL is not answering at {PG_ADMIN} (scripts/test.sh starts it, creates the database)")
     dbs = PgDatabases()
     try:
         yield dbs

@@ -4,19 +4,23 @@ synced, bodies are kept only when asked, and shutdown flushes."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import orjson
 import pytest
 from sqlalchemy import Engine, func, select
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
+from gateway.errors import ProviderStreamError
 from gateway.persistence import keys
 from gateway.persistence.models import config_history, deployments, request_log, spend_daily
 from gateway.persistence.requests import write_batch
 from gateway.state import AppState
+from providers.base import UpstreamRequest
 from providers.http_mock import MockHTTPClient
 from tests.gateway.persistence.app_helpers import CHAT, COST, USER, answer, settings
 from tests.gateway.persistence.factories import record
@@ -175,3 +179,51 @@ def test_deep_bodies_are_a_400_that_is_recorded_and_later_records_still_land(eng
     with engine.connect() as conn:
         rows = {r.request_id: r.status for r in conn.execute(select(request_log.c.request_id, request_log.c.status))}
     assert rows == {"deep-tools": 400, "deep-meta": 400, "after": 200}
+
+
+def test_upstream_error_text_stays_out_of_client_answers_and_goes_to_the_record(
+    engine: Engine, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from gateway.errors import ProviderConnectError
+    from providers.http_mock import MockResponse
+
+    leak_401 = b'{"error": {"message": "Incorrect API key provided: sk-proj-****Xy9Z. You can find your key..."}}'
+
+    def hostile(request: UpstreamRequest) -> MockResponse:
+        if request.headers.get("x-scenario") == "401" or b'"user":"401"' in request.body:
+            return MockResponse(401, {"content-type": "application/json"}, leak_401)
+        if b'"user":"stream-cut"' in request.body:
+            delta = {"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "hi"}}]}
+            first = b"data: " + orjson.dumps(delta) + b"\n\n"
+            cut = ProviderStreamError("upstream p/m: connection to 10.20.30.40:8443 reset mid-stream", endpoint="p/m")
+            return MockResponse(200, {"content-type": "text/event-stream"}, chunks=[first, cut])
+        raise ProviderConnectError("cannot reach upstream p/m: connect to 10.20.30.40:8443 refused", endpoint="p/m")
+
+    caplog.set_level(logging.WARNING, logger="gateway.http")
+    app = create_app(settings(tmp_path, url_of(engine)), client_factory=lambda: MockHTTPClient(hostile))
+    with TestClient(app) as client:
+        auth = client.post(
+            "/v1/chat/completions", json={**CHAT, "user": "401"}, headers={**USER, "x-request-id": "e-401"}
+        )
+        down = client.post("/v1/chat/completions", json=CHAT, headers={**USER, "x-request-id": "e-down"})
+        with client.stream(
+            "POST", "/v1/chat/completions", json={**CHAT, "user": "stream-cut", "stream": True},
+            headers={**USER, "x-request-id": "e-cut"},
+        ) as r:
+            streamed = r.read().decode()
+        state: AppState = client.app_state["gw"]
+        wait_for(lambda: state.persistence is not None and state.persistence.stats.written == 3)
+
+    for resp, code, rid in ((auth, "upstream_auth_failed", "e-401"), (down, "upstream_unreachable", "e-down")):
+        error = resp.json()["error"]
+        assert resp.status_code == 502 and error["code"] == code, resp.text
+        assert rid in error["message"]
+        assert "sk-proj" not in resp.text and "Xy9Z" not in resp.text and "10.20.30.40" not in resp.text
+    assert "upstream_stream_error" in streamed and "e-cut" in streamed and "10.20.30.40" not in streamed
+    with engine.connect() as conn:
+        details = dict(conn.execute(select(request_log.c.request_id, request_log.c.error_detail)).all())
+    assert "sk-proj-****Xy9Z" in details["e-401"]
+    assert "10.20.30.40:8443 refused" in details["e-down"]
+    assert "10.20.30.40:8443 reset" in details["e-cut"]
+    logged = caplog.text
+    assert "e-401" in logged and "sk-proj-****Xy9Z" in logged and "10.20.30.40:8443 refused" in logged

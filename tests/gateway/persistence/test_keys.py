@@ -67,12 +67,14 @@ def test_empty_table_means_no_keys_defined(engine: Engine) -> None:
 def test_authenticator_takes_stored_keys_and_revocations(engine: Engine) -> None:
     auth = Authenticator(
         AuthConfig(
-            keys=(GatewayKey(name="cfg", key=SecretStr("sk-config-key-1")),), admin_key=SecretStr("sk-admin-key-1")
-        )
+            keys=(GatewayKey(name="cfg", key=SecretStr("sk-config-key-1")),), admin_key=SecretStr("sk-admin-key-0001")
+        ),
+        open_access=False,
+        stored=True,
     )
     secret = keys.create_key(engine, "alice")
     loaded = keys.load_keys(engine)
-    auth.set_stored_keys(loaded.active, any_defined=loaded.any_defined)
+    auth.set_stored_keys(loaded.active)
     assert auth.authenticate(bearer(secret)) == "alice"
     assert auth.authenticate(bearer("sk-config-key-1")) == "cfg"  # config keys keep working
     with pytest.raises(PermissionDenied):
@@ -80,25 +82,24 @@ def test_authenticator_takes_stored_keys_and_revocations(engine: Engine) -> None
 
     keys.revoke_key(engine, "alice")
     loaded = keys.load_keys(engine)
-    auth.set_stored_keys(loaded.active, any_defined=loaded.any_defined)
+    auth.set_stored_keys(loaded.active)
     with pytest.raises(AuthenticationFailed):
         auth.authenticate(bearer(secret))
     assert auth.authenticate(bearer("sk-config-key-1")) == "cfg"
 
 
 def test_revoking_every_stored_key_does_not_open_the_api() -> None:
-    auth = Authenticator(AuthConfig())
-    assert auth.open_access
-    auth.set_stored_keys({"a" * 64: "alice"}, any_defined=True)
+    auth = Authenticator(AuthConfig(), open_access=False, stored=True)
+    auth.set_stored_keys({"a" * 64: "alice"})
     assert not auth.open_access
-    auth.set_stored_keys({}, any_defined=True)  # all revoked
+    auth.set_stored_keys({})  # all revoked
     assert not auth.open_access
     with pytest.raises(AuthenticationFailed):
         auth.authenticate(None)
 
 
 def test_added_keys_survive_a_refresh() -> None:
-    auth = Authenticator(AuthConfig())
+    auth = Authenticator(AuthConfig(), open_access=False, stored=True)
     auth.add_key(hashlib.sha256(b"sk-added-key-1").hexdigest(), "added")
-    auth.set_stored_keys({}, any_defined=False)
+    auth.set_stored_keys({})
     assert auth.authenticate(bearer("sk-added-key-1")) == "added"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -112,3 +115,21 @@ def test_rotation_leaves_the_fsync_to_settle(tmp_path: Path, monkeypatch: pytest
     (batch, _), = spill.replay_batches(10)
     assert [r.request_id for _, r in batch] == ["a"]
     spill.close()
+
+
+@pytest.fixture
+def usual_umask() -> Iterator[None]:
+    old = os.umask(0o022)  # what most services run with: new files would be 0644
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def test_the_spill_file_is_created_0600(tmp_path: Path, usual_umask: None) -> None:
+    spill = SpillFile(tmp_path / "spill.jsonl", max_bytes=1 << 20)
+    spill.append(1.0, record("r1"))
+    spill.close()
+    assert stat.S_IMODE(os.stat(tmp_path / "spill.jsonl").st_mode) == 0o600
+    spill.rotate()
+    assert stat.S_IMODE(os.stat(spill.replay_path).st_mode) == 0o600

@@ -6,16 +6,16 @@ import hashlib
 
 import pytest
 
-from gateway.config import AuthConfig, GatewayKey
-from gateway.errors import AuthenticationFailed, PermissionDenied
-from gateway.pipeline.auth import Authenticator
+from gateway.config import AuthConfig, GatewayKey, load_config
+from gateway.errors import AuthenticationFailed, KeyStoreUnavailable, PermissionDenied
+from gateway.pipeline.auth import Authenticator, open_bind_problem, open_by_config
 
 KEY = "sk-team-a-key-0001"
 HASHED = "sk-team-b-key-0002"
 ADMIN = "sk-admin-key-0003"
 
 
-def authenticator(admin: str | None = ADMIN) -> Authenticator:
+def authenticator(admin: str | None = ADMIN, **kwargs: object) -> Authenticator:
     return Authenticator(
         AuthConfig(
             keys=(
@@ -23,12 +23,14 @@ def authenticator(admin: str | None = ADMIN) -> Authenticator:
                 GatewayKey(name="team-b", key="sha256:" + hashlib.sha256(HASHED.encode()).hexdigest()),  # type: ignore[arg-type]
             ),
             admin_key=admin,  # type: ignore[arg-type]
-        )
+        ),
+        open_access=False,
+        **kwargs,  # type: ignore[arg-type]
     )
 
 
 def test_open_access_without_keys() -> None:
-    auth = Authenticator(AuthConfig())
+    auth = Authenticator(AuthConfig(), open_access=True)
     assert auth.open_access
     assert auth.authenticate(None) is None
     assert auth.authenticate("Bearer anything") is None
@@ -90,11 +92,11 @@ def digest(key: str) -> str:
 
 
 def test_a_revoked_stored_key_fails_at_once_even_after_it_passed() -> None:
-    auth = authenticator()
-    auth.set_stored_keys({digest("sk-stored-1"): "stored"}, any_defined=True)
+    auth = authenticator(stored=True)
+    auth.set_stored_keys({digest("sk-stored-1"): "stored"})
     assert auth.authenticate("Bearer sk-stored-1") == "stored"
     assert auth.authenticate("Bearer sk-stored-1") == "stored"  # remembered as passed
-    auth.set_stored_keys({}, any_defined=True)
+    auth.set_stored_keys({})
     with pytest.raises(AuthenticationFailed):
         auth.authenticate("Bearer sk-stored-1")
     assert auth.authenticate(f"Bearer {KEY}") == "team-a"  # config keys stay
@@ -114,3 +116,84 @@ def test_only_passing_headers_are_remembered_and_the_memory_is_capped(monkeypatc
     for i in range(10):
         assert auth.authenticate(f"Bearer sk-many-{i}") == f"many-{i}"
         assert len(auth._passed) <= 3
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_stored_keys_are_unavailable_until_the_first_load_and_config_keys_work() -> None:
+    auth = authenticator(stored=True, clock=Clock())
+    assert not auth.open_access and not auth.store_usable
+    with pytest.raises(KeyStoreUnavailable) as info:
+        auth.authenticate("Bearer sk-stored-1")
+    assert (info.value.status_code, info.value.code) == (503, "key_store_unavailable")
+    with pytest.raises(AuthenticationFailed):
+        auth.authenticate(None)  # no key at all is still a 401, never open
+    assert auth.authenticate(f"Bearer {KEY}") == "team-a"
+    assert auth.status()["key_store"] == "unavailable" and "not loaded" in auth.status()["reason"]
+
+
+def test_an_empty_store_does_not_open_the_api() -> None:
+    auth = Authenticator(AuthConfig(), open_access=False, stored=True, clock=Clock())
+    auth.set_stored_keys({})
+    with pytest.raises(AuthenticationFailed):
+        auth.authenticate(None)
+    with pytest.raises(AuthenticationFailed):
+        auth.authenticate("Bearer anything-at-all")
+
+
+def test_stored_keys_past_the_maximum_staleness_are_refused_config_keys_still_work() -> None:
+    clock = Clock()
+    auth = Authenticator(
+        AuthConfig(keys=(GatewayKey(name="team-a", key=KEY),), max_key_staleness_s=60),  # type: ignore[arg-type]
+        open_access=False,
+        stored=True,
+        clock=clock,
+    )
+    auth.set_stored_keys({digest("sk-stored-1"): "stored"})
+    assert auth.authenticate("Bearer sk-stored-1") == "stored"
+    clock.now += 59
+    assert auth.authenticate("Bearer sk-stored-1") == "stored"  # the remembered header too
+    clock.now += 2
+    with pytest.raises(KeyStoreUnavailable, match="61 s"):
+        auth.authenticate("Bearer sk-stored-1")  # remembered as passed, refused all the same
+    with pytest.raises(KeyStoreUnavailable):
+        auth.authenticate("Bearer sk-never-seen")
+    assert auth.authenticate(f"Bearer {KEY}") == "team-a"
+    assert not auth.store_usable and auth.status()["key_store_age_s"] == 61
+    auth.set_stored_keys({digest("sk-stored-1"): "stored"})
+    assert auth.authenticate("Bearer sk-stored-1") == "stored"
+
+
+@pytest.mark.parametrize(
+    ("config", "open_"),
+    [
+        ({}, True),
+        ({"auth": {"keys": [{"name": "a", "key": KEY}]}}, False),
+        ({"persistence": {"enabled": True}}, False),  # keys may live in the database
+        ({"auth": {"open": True}, "persistence": {"enabled": True}}, True),
+        ({"auth": {"open": False}}, False),
+    ],
+)
+def test_open_access_is_the_config_s_decision(config: dict[str, object], open_: bool) -> None:
+    assert open_by_config(load_config(environ={}, **config)) is open_
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "gateway.internal"])
+def test_an_open_api_is_refused_on_a_non_loopback_bind(host: str) -> None:
+    problem = open_bind_problem(load_config(environ={}, server={"host": host}))
+    assert problem is not None and "auth.keys" in problem and "gwctl keys create" in problem
+    problem = open_bind_problem(load_config(environ={}, server={"host": host}, auth={"open": True}))
+    assert problem is not None and "auth.open" in problem
+    keyed = load_config(environ={}, server={"host": host}, auth={"keys": [{"name": "a", "key": KEY}]})
+    assert open_bind_problem(keyed) is None
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost", "127.0.0.2"])
+def test_an_open_api_is_fine_on_loopback(host: str) -> None:
+    assert open_bind_problem(load_config(environ={}, server={"host": host}, auth={"open": True})) is None

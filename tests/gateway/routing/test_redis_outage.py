@@ -21,9 +21,14 @@ from gateway.config import load_config
 from tests.fakes.openai_upstream import FakeOpenAIUpstream
 from tests.fakes.servers import BackgroundLoop, GatewayServer
 from tests.gateway.state_store.redis_helpers import PrivateRedis
+from tests.services import require
 
 KEY = "sk-outage-test-0001"
-pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _redis_server_installed() -> None:
+    require(shutil.which("redis-server") is not None, "redis-server is not installed")
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from tests.gateway.state_store.redis_helpers import (
     redis_available,
     unique_prefix,
 )
+from tests.services import require
 
 ROOT = Path(__file__).resolve().parents[3]
 KEY, LIMITED_KEY, ADMIN = "sk-replica-test-01", "sk-replica-limited", "sk-replica-admin-1"
@@ -34,7 +35,10 @@ KEY, LIMITED_KEY, ADMIN = "sk-replica-test-01", "sk-replica-limited", "sk-replic
 THINK_S = 0.3
 SYSTEM = "You are the build agent. Follow the repository conventions exactly. " * 20
 
-pytestmark = pytest.mark.skipif(not redis_available(), reason=f"Redis is not answering at {REDIS_URL} (scripts/services.sh starts it)")
+
+@pytest.fixture(autouse=True)
+def _redis_answers() -> None:
+    require(redis_available(), f"Redis is not answering at {REDIS_URL} (scripts/services.sh starts it)")
 
 
 class Gateway:

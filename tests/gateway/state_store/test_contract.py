@@ -21,6 +21,7 @@ from tests.gateway.state_store.redis_helpers import (
     redis_available,
     unique_prefix,
 )
+from tests.services import require
 
 
 @dataclass
@@ -40,8 +41,7 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
         store = MemoryStore(clock)
         yield Backend(store, advance)
         return
-    if not redis_available():
-        pytest.skip(f"Redis is not answering at {REDIS_URL} (scripts/services.sh starts it)")
+    require(redis_available(), f"Redis is not answering at {REDIS_URL} (scripts/services.sh starts it)")
     prefix = unique_prefix()
     redis_store = RedisStore(REDIS_URL, prefix=prefix, timeout=1.0)
     try:
@@ -199,8 +199,7 @@ async def test_affinity_log_from_the_cursor_on(backend: Backend) -> None:
 
 @pytest.fixture
 async def redis_store() -> AsyncIterator[tuple[RedisStore, str]]:
-    if not redis_available():
-        pytest.skip(f"Redis is not answering at {REDIS_URL} (scripts/services.sh starts it)")
+    require(redis_available(), f"Redis is not answering at {REDIS_URL} (scripts/services.sh starts it)")
     prefix = unique_prefix()
     store = RedisStore(REDIS_URL, prefix=prefix, timeout=1.0)
     try:

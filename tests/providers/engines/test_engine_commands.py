@@ -96,8 +96,32 @@ def test_engine_environment_drops_what_llamacpp_would_read_as_settings() -> None
     assert env["HOME"] == "/root"
     assert env["PYTHONUNBUFFERED"] == "1"
     assert env["PATH"] == os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin"])
-    # vLLM reads its own VLLM_* variables and nothing generic: leave the rest alone.
-    assert engine_environment(ENGINE_KINDS["vllm"], environ)["PORT"] == "80"
+    # vLLM reads its own VLLM_* variables and nothing generic; PORT is not an engine's business.
+    assert "PORT" not in engine_environment(ENGINE_KINDS["vllm"], environ)
+
+
+@pytest.mark.parametrize("kind", ["llamacpp", "vllm", "sglang"])
+def test_engines_get_an_explicit_minimal_environment_without_the_gateway_s_secrets(kind: str) -> None:
+    environ = {
+        "GW_AUTH__ADMIN_KEY": "sk-admin-secret-0001",
+        "GW_DATABASE__URL": "postgresql://gw:pw@db/gw",
+        "TOGETHER_API_KEY": "tg-secret",
+        "OPENAI_API_KEY": "sk-openai-secret",
+        "AWS_SECRET_ACCESS_KEY": "aws-secret",
+        "HOME": "/root",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "HF_HOME": "/cache/hf",
+        "OMP_NUM_THREADS": "2",
+        "PATH": "/usr/bin",
+    }
+    env = engine_environment(ENGINE_KINDS[kind], environ)
+    assert not any("secret" in v or "pw@" in v for v in env.values())
+    assert {"GW_AUTH__ADMIN_KEY", "GW_DATABASE__URL", "TOGETHER_API_KEY", "OPENAI_API_KEY"}.isdisjoint(env)
+    assert {k: env[k] for k in ("HOME", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "HF_HOME", "OMP_NUM_THREADS")} == {
+        k: environ[k] for k in ("HOME", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "HF_HOME", "OMP_NUM_THREADS")
+    }
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python not installed")

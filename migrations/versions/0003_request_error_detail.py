@@ -1,0 +1,26 @@
+"""Request log: the detail of an upstream failure, which the client no longer sees.
+
+Revision ID: 0003
+Revises: 0002
+Create Date: 2026-12-01
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0003"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("request_log") as batch:
+        batch.add_column(sa.Column("error_detail", sa.String(1000), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("request_log") as batch:
+        batch.drop_column("error_detail")
