@@ -1,7 +1,7 @@
 """llama.cpp's own server (`llama-server`), normalised to look like OpenAI.
 
 What it still gets wrong against the official SDK (llama.cpp as vendored in llama-cpp-python
-0.3.36; each is shown against the real server in tests/engine/test_engine_quirks.py):
+0.3.36; each is shown against the real server in tests/providers/test_llamacpp_quirks.py):
 - sampling defaults are not OpenAI's: temperature 0.8, top-p 0.95, top-k 40 and min-p 0.05 when the
   request does not set them, so "the default temperature" does not sample the distribution the
   reported logprobs describe. Unless the request sets them, OpenAI's temperature 1 and top-p 1 are
@@ -18,8 +18,9 @@ What it still gets wrong against the official SDK (llama.cpp as vendored in llam
   (a loopback connect costs about 0.1 ms);
 - ``n`` above its slot count is a 400: engine endpoints declare ``Capabilities.native_n = False``
   and dispatch fans out (`gateway.pipeline.fanout`).
-Still wrong and not normalised: a tool call cut by ``max_tokens`` inside its arguments is a 500
-("Failed to parse tool call arguments as JSON") where OpenAI answers with ``finish_reason: length``;
+Still wrong and not normalised: a tool call cut by ``max_tokens`` before its name is complete comes
+back as its first characters in ``content``, and one cut inside a later call's key was seen as a
+500 ("Failed to parse tool call arguments as JSON");
 ``parallel_tool_calls: false`` does not stop a second call when the template marks each call
 (its grammar allows one or more whatever the flag says).
 Everything else (usage in streams, cached tokens, logprobs from token ids with bytes, tool calls,
