@@ -60,7 +60,7 @@ def llamacpp_command(cfg: EngineConfig, *, port: int, model: str, cpu_count: int
     # 2 tok/s (spinning OpenMP threads fight for the cores) where 1 thread decoded 31-34 tok/s.
     threads = cfg.n_threads or max(1, (cpu_count - 1) // cfg.replicas)
     argv = [
-        LLAMA_SERVER,
+        llama_server_path(),
         "--model", model,
         "--alias", cfg.served_model_name,
         "--host", cfg.host,
@@ -98,6 +98,12 @@ def llamacpp_command(cfg: EngineConfig, *, port: int, model: str, cpu_count: int
     else:
         argv += ["--no-cache-prompt", "--cache-ram", "0"]
     return argv + list(cfg.extra_args)
+
+
+def llama_server_path() -> str:
+    """The llama-server beside the interpreter (where install.sh links it), else the name for PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), LLAMA_SERVER)
+    return beside if os.path.isfile(beside) else LLAMA_SERVER
 
 
 # llama-server's log levels (common/log.cpp) -> logging levels. "info" is the metadata dump and

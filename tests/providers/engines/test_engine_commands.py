@@ -14,6 +14,7 @@ from providers.engines.commands import (
     ENGINE_KINDS,
     LLAMA_SERVER,
     engine_environment,
+    llama_server_path,
     llamacpp_command,
     missing_requirement,
     parse_llamacpp_line,
@@ -26,7 +27,7 @@ def test_llamacpp_command_has_exact_flags() -> None:
     cfg = EngineConfig(served_model_name="smol", n_ctx=2048, n_threads=3, extra_args=("--seed", "7"))
     argv = llamacpp_command(cfg, port=8600, model="/m/smol.gguf", cpu_count=8)
     assert argv == [
-        "llama-server",
+        llama_server_path(),
         "--model", "/m/smol.gguf",
         "--alias", "smol",
         "--host", "127.0.0.1",
@@ -95,6 +96,11 @@ def test_llamacpp_log_lines_are_debug_unless_warnings_or_errors() -> None:
     assert parse_llamacpp_line("main: server is listening") == (logging.DEBUG, "main: server is listening")
     assert parse_llamacpp_line('{"level":"error"}') == (logging.DEBUG, '{"level":"error"}')
     assert parse_llamacpp_line("[1, 2]") == (logging.DEBUG, "[1, 2]")
+
+
+def test_llama_server_is_the_one_beside_the_interpreter_if_there() -> None:
+    beside = os.path.join(os.path.dirname(sys.executable), "llama-server")
+    assert llama_server_path() == (beside if os.path.isfile(beside) else "llama-server")
 
 
 def test_a_missing_llama_server_is_one_line(tmp_path: Path) -> None:
