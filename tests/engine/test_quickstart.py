@@ -1,12 +1,16 @@
 """The out-of-the-box engines (deploy/config/local.yaml, what scripts/serve.sh runs) through the
-gateway, as the official SDK sees them: embeddings from the second engine, and four concurrent
-streams on the chat engine's four slots that all finish (with the engine's own count of running
-requests showing them decoded together). Time limits come from a stream measured first."""
+gateway, as the official SDKs see them: embeddings from the second engine, four concurrent streams
+on the chat engine's four slots that all finish (with the engine's own count of running requests
+showing them decoded together), and the Node SDK's view of usage in streams, logprobs, cached
+tokens, embeddings, tool calls and concurrent streams. Time limits come from an answer measured first."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +19,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.engine.conftest import MODEL, REPO_ROOT, Gateway
+from tests.engine.conftest import KEY, MODEL, REPO_ROOT, Gateway
 
 pytestmark = pytest.mark.engine
 
@@ -90,3 +94,34 @@ async def test_four_concurrent_streams_all_finish_on_four_slots(quickstart: Gate
     assert [r["finishes"] for r in results] == [["length"]] * 4
     assert [r["tokens"] for r in results] == [TOKENS] * 4
     assert max(running) == 4  # decoded together, not one after the other
+
+
+def test_the_node_sdk_sees_the_same(quickstart: Gateway) -> None:
+    node_dir = REPO_ROOT / "tests/e2e/node"
+    node = shutil.which("node")
+    assert node is not None, "Node.js is missing: scripts/test.sh installs it"
+    assert (node_dir / "node_modules" / "openai").is_dir(), "the Node SDK is missing: run `npm ci` in tests/e2e/node"
+    # One short answer, timed, bounds every check (the longest: four 24-token streams at once).
+    with quickstart.client() as client:
+        started = time.monotonic()
+        client.chat.completions.create(model=MODEL, messages=STORY, max_tokens=24, extra_body={"ignore_eos": True})
+        per_answer = time.monotonic() - started
+    timeout_s = 10 + 20 * per_answer
+    done = subprocess.run(
+        [node, str(node_dir / "engine_check.mjs"), quickstart.url + "/v1", KEY, str(int(timeout_s * 1000))],
+        cwd=node_dir, capture_output=True, text=True, timeout=10 * timeout_s, check=True,
+    )
+    out = json.loads(done.stdout)
+    assert out["streamUsage"]["lastChoices"] == 0 and out["streamUsage"]["usage"]["completion_tokens"] > 0
+    for token in out["logprobs"]:
+        values = [t["logprob"] for t in token["top"]]
+        assert len(values) == 5 and values == sorted(values, reverse=True)
+        assert token["bytes"] and all(t["bytes"] is not None for t in token["top"])
+    again = out["cached"]["again"]
+    assert again["prompt_tokens_details"]["cached_tokens"] > 0.8 * out["cached"]["first"]["prompt_tokens"]
+    assert out["embeddings"] == {"count": 2, "dims": [576, 576]}
+    assert out["toolCall"]["finish"] == "tool_calls" and out["toolCall"]["calls"]
+    assert all(c["name"] == "get_weather" and json.loads(c["arguments"])["city"] for c in out["toolCall"]["calls"])
+    assert out["toolAuto"]["hasAnswer"]
+    assert [s["finish"] for s in out["fourStreams"]] == [["length"]] * 4
+    assert [s["tokens"] for s in out["fourStreams"]] == [24] * 4
