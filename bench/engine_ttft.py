@@ -1,14 +1,15 @@
 """Measure the bundled engine: decode tokens/s and time to first token, cold vs prefix-cached.
 
-Starts one SmolLM2 replica through `EngineSupervisor` (with and without `prefix_cache`, i.e.
-llama_cpp.server's `--cache True --cache_type ram`) and talks to it directly with httpx, streaming.
+Starts one SmolLM2 replica (llama-server) through `EngineSupervisor` (with and without
+`prefix_cache`, i.e. llama-server's `--cache-prompt --cache-ram`) and talks to it directly with
+httpx, streaming. Each case also prints the `cached_tokens` the engine reported.
 With --via-gateway it runs `gwctl serve` (the gateway and its one engine replica, as a user does)
 and sends the same requests through the gateway's /v1/chat/completions instead.
 
 TTFT cases for a ~2k-token prompt (a long shared prefix plus a short question):
   cold         a prefix the engine has never seen
   warm-last    same prefix, new question, right after the previous request (live KV reuse)
-  warm-evicted same prefix after an unrelated long prompt replaced the live KV (needs the RAM cache)
+  warm-evicted same prefix after unrelated long prompts replaced it in every slot (needs the RAM cache)
 
 usage: python bench/engine_ttft.py [--runs 3] [--prompt-tokens 2000] [--n-ctx 4096] [--threads N] [--via-gateway]
 """
@@ -50,7 +51,7 @@ def document(seed: int, words: int) -> str:
 
 
 async def count_tokens(client: httpx.AsyncClient, text: str) -> int:
-    response = await client.post("/extras/tokenize", json={"input": text})
+    response = await client.post("/tokenize", json={"content": text})
     return len(response.json()["tokens"])
 
 
@@ -145,6 +146,7 @@ async def measure(
 ) -> dict[str, list[float]]:
     cfg = EngineConfig(prefix_cache=prefix_cache, n_ctx=n_ctx, n_threads=threads)
     results: dict[str, list[float]] = {"cold": [], "warm-last": [], "warm-evicted": [], "decode": []}
+    cached: dict[str, list[int | None]] = {"cold": [], "warm-last": [], "warm-evicted": []}
     async with (via_gateway if gateway else direct)(cfg) as (chat_root, engine_root):
         async with (
             httpx.AsyncClient(base_url=chat_root, timeout=300) as client,
@@ -155,16 +157,21 @@ async def measure(
             print(f"  prompt: {await count_tokens(engine, document(0, words) + ' Question 1: summarise.')} tokens")
             await stream_chat(client, "warm up", 4)
             for run in range(runs):
-                shared, other = document(1000 + run, words), document(2000 + run, words)
+                shared = document(1000 + run, words)
                 cold = await stream_chat(client, f"{shared}\nQuestion 1: summarise.", 8)
                 warm = await stream_chat(client, f"{shared}\nQuestion 2: list the rivers.", 8)
-                await stream_chat(client, f"{other}\nQuestion 1: summarise.", 8)
+                # Every slot gets an unrelated prompt (a short one is enough: a slot keeps only the
+                # prefix it shares with its latest prompt), so the shared prefix survives only in RAM.
+                for slot in range(cfg.parallel):
+                    await stream_chat(client, f"{document(3000 + 10 * run + slot, 60)}\nQuestion 1: summarise.", 8)
                 evicted = await stream_chat(client, f"{shared}\nQuestion 3: count the words.", 8)
                 decode = await stream_chat(client, "Write a long story about a dragon and a river.", 200)
                 results["cold"].append(cold["ttft_s"])
                 results["warm-last"].append(warm["ttft_s"])
                 results["warm-evicted"].append(evicted["ttft_s"])
                 results["decode"].append(decode["decode_tok_s"])
+                for case, out in (("cold", cold), ("warm-last", warm), ("warm-evicted", evicted)):
+                    cached[case].append(out["cached_tokens"])  # type: ignore[arg-type]
             print(f"  usage in stream with include_usage: {warm['usage_in_stream']}; cached_tokens: {warm['cached_tokens']}")
             non_stream = await client.post(
                 "/v1/chat/completions",
@@ -172,6 +179,7 @@ async def measure(
                       "messages": [{"role": "user", "content": f"{shared}\nQuestion 4: why?"}]},
             )
             print(f"  non-streamed usage after a cached prefix: {non_stream.json().get('usage')}")
+    results.update({f"cached {case}": values for case, values in cached.items()})  # type: ignore[misc]
     return results
 
 
@@ -186,11 +194,14 @@ async def main() -> None:
     print(f"cores {os.cpu_count()}, load average {os.getloadavg()[0]:.2f} (other work on the machine skews every figure)")
     print("through the gateway (gwctl serve)" if args.via_gateway else "directly to the engine")
     for prefix_cache in (True, False):
-        print(f"prefix_cache={prefix_cache} (llama_cpp.server --cache {prefix_cache}):")
+        print(f"prefix_cache={prefix_cache} (llama-server {'--cache-prompt --cache-ram' if prefix_cache else '--no-cache-prompt'}):")
         results = await measure(prefix_cache, args.runs, args.prompt_tokens, args.n_ctx, args.threads, args.via_gateway)
         for case in ("cold", "warm-last", "warm-evicted"):
             values = results[case]
-            print(f"  TTFT {case:<13} median {statistics.median(values):6.3f}s  runs {[round(v, 3) for v in values]}")
+            print(
+                f"  TTFT {case:<13} median {statistics.median(values):6.3f}s  runs {[round(v, 3) for v in values]}"
+                f"  cached_tokens {results[f'cached {case}']}"
+            )
         decode = results["decode"]
         print(f"  decode         median {statistics.median(decode):6.1f} tok/s  runs {[round(v, 1) for v in decode]}")
     print(f"load average at the end {os.getloadavg()[0]:.2f}")

@@ -5,8 +5,9 @@ Each policy gets a fresh `gwctl serve` with fresh engines (cold caches). Session
 system prompt (~1.2k tokens) and grow by a short user turn plus the model's answer each turn; the
 turns of the sessions are interleaved in a seeded random order and sent one at a time (2 cores:
 concurrent requests would measure CPU contention, not routing). TTFT is measured by the client on
-the stream. llama.cpp reports no cached tokens, so the gateway's index learns from its own
-routing only; the engines keep the last prompt's KV and a RAM cache of prompt states.
+the stream; cache hits are the `cached_tokens` llama-server reports in each stream's usage chunk
+(hit rate: cached / prompt tokens over all turns), which the gateway's affinity index also learns
+from. Each replica has the default 4 slots (each keeps its last prompt's KV) and a RAM prompt cache.
 
 usage: python bench/routing_local.py [--sessions 4] [--turns 4] [--policies score,round_robin] [--json]
 """
@@ -83,10 +84,14 @@ async def start_gateway(policy: str, replicas: int, tmp: Path) -> tuple[subproce
 
 
 async def turn(client: httpx.AsyncClient, messages: list[dict[str, str]], max_tokens: int) -> dict[str, Any]:
-    body = {"model": MODEL, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    body = {
+        "model": MODEL, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     started = time.perf_counter()
     first = None
     parts: list[str] = []
+    usage: dict[str, Any] = {}
     async with client.stream("POST", "/v1/chat/completions", json=body) as response:
         if response.status_code != 200:
             raise RuntimeError(f"gateway answered {response.status_code}: {(await response.aread())[:300]!r}")
@@ -95,7 +100,9 @@ async def turn(client: httpx.AsyncClient, messages: list[dict[str, str]], max_to
         async for line in response.aiter_lines():
             if not line.startswith("data: {"):
                 continue
-            for choice in json.loads(line[6:]).get("choices") or ():
+            chunk = json.loads(line[6:])
+            usage = chunk.get("usage") or usage
+            for choice in chunk.get("choices") or ():
                 delta = (choice.get("delta") or {}).get("content")
                 if delta or choice.get("finish_reason"):
                     first = first or time.perf_counter()
@@ -103,7 +110,11 @@ async def turn(client: httpx.AsyncClient, messages: list[dict[str, str]], max_to
                     parts.append(delta)
     if first is None:
         raise RuntimeError("nothing streamed")
-    return {"ttft_s": first - started, "endpoint": endpoint, "route": route, "answer": "".join(parts)}
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    return {
+        "ttft_s": first - started, "endpoint": endpoint, "route": route, "answer": "".join(parts),
+        "prompt_tokens": usage.get("prompt_tokens"), "cached_tokens": cached,
+    }
 
 
 async def run_policy(policy: str, args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
@@ -121,9 +132,16 @@ async def run_policy(policy: str, args: argparse.Namespace, tmp: Path) -> list[d
                 messages.append({"role": "user", "content": f"Step {done[s] + 1}: " + " ".join(rng.choice(WORDS) for _ in range(30))})
                 out = await turn(client, messages, args.max_tokens)
                 messages.append({"role": "assistant", "content": out["answer"]})
-                results.append({"session": s, "turn": done[s], "ttft_s": out["ttft_s"], "endpoint": out["endpoint"], "route": out["route"]})
+                results.append({
+                    "session": s, "turn": done[s], "ttft_s": out["ttft_s"], "endpoint": out["endpoint"],
+                    "route": out["route"], "prompt_tokens": out["prompt_tokens"], "cached_tokens": out["cached_tokens"],
+                })
                 done[s] += 1
-                print(f"  {policy:<12} session {s} turn {done[s] - 1}: {out['endpoint']} TTFT {out['ttft_s']:.2f}s", file=sys.stderr)
+                print(
+                    f"  {policy:<12} session {s} turn {done[s] - 1}: {out['endpoint']} TTFT {out['ttft_s']:.2f}s"
+                    f" cached {out['cached_tokens']}/{out['prompt_tokens']}",
+                    file=sys.stderr,
+                )
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
@@ -140,8 +158,16 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
         for a, b in zip([r for r in results if r["session"] == s], [r for r in results if r["session"] == s][1:])
         if a["endpoint"] != b["endpoint"]
     )
+    prompt = sum(r["prompt_tokens"] or 0 for r in results)
+    cached = sum(r["cached_tokens"] or 0 for r in results)
     return {
         "requests": len(results),
+        "reported_cache": all(r["cached_tokens"] is not None for r in results),
+        "cache_hit_rate": cached / prompt if prompt else None,
+        "later_turns_hit_rate": (
+            sum(r["cached_tokens"] or 0 for r in results if r["turn"] > 0)
+            / max(1, sum(r["prompt_tokens"] or 0 for r in results if r["turn"] > 0))
+        ),
         "ttft_p50_s": statistics.median(all_),
         "ttft_p90_s": all_[min(len(all_) - 1, int(0.9 * len(all_)))],
         "ttft_mean_s": statistics.mean(all_),
@@ -176,12 +202,15 @@ def main() -> None:
     if args.json:
         print(json.dumps(report, indent=2))
         return
-    print(f"{args.sessions} sessions x {args.turns} turns, {args.replicas} llama.cpp replicas (SmolLM2-135M, 1 thread each), seed {args.seed}")
-    print(f"{'policy':<12} {'TTFT p50':>9} {'p90':>7} {'mean':>7} {'later turns p50':>16} {'mean':>7} {'first turns mean':>17} {'replica changes':>16}")
+    print(f"{args.sessions} sessions x {args.turns} turns, {args.replicas} llama-server replicas (SmolLM2-135M, 1 thread each), seed {args.seed}")
+    print(
+        f"{'policy':<12} {'hit rate':>9} {'later':>6} {'TTFT p50':>9} {'p90':>7} {'mean':>7} {'later turns p50':>16} {'mean':>7}"
+        f" {'first turns mean':>17} {'replica changes':>16}"
+    )
     for policy, r in report.items():
         s = r["summary"]
         print(
-            f"{policy:<12} {s['ttft_p50_s']:>8.2f}s {s['ttft_p90_s']:>6.2f}s {s['ttft_mean_s']:>6.2f}s "
+            f"{policy:<12} {s['cache_hit_rate'] or 0:>9.1%} {s['later_turns_hit_rate']:>6.1%} {s['ttft_p50_s']:>8.2f}s {s['ttft_p90_s']:>6.2f}s {s['ttft_mean_s']:>6.2f}s "
             f"{s['later_turns_p50_s']:>15.2f}s {s['later_turns_mean_s']:>6.2f}s {s['first_turns_mean_s']:>16.2f}s "
             f"{s['replica_changes_within_sessions']:>16}"
         )

@@ -7,11 +7,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from gateway.config import DeploymentConfig, Settings
 from gateway.errors import ModelNotFound
 from providers.base import Adapter, Target
 from providers.registry import adapter_for
+
+
+class ReportedLoad(Protocol):
+    """A supervised engine's own account of its load (`providers.engines.load.EngineLoad`)."""
+
+    @property
+    def processing(self) -> int: ...  # requests being decoded
+
+    @property
+    def deferred(self) -> int: ...  # requests waiting for a slot
+
+    @property
+    def kv_usage(self) -> float: ...  # 0..1 of its KV cells held by running requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +41,14 @@ class Endpoint:
     adapter: Adapter
     # For supervised engines: a cheap, I/O-free readiness check (False while restarting).
     ready: Callable[[], bool] | None = None
+    # For engines that report it: their last fresh load report, or None (I/O-free, like `ready`).
+    load: Callable[[], ReportedLoad | None] | None = None
 
     def is_ready(self) -> bool:
         return self.ready is None or self.ready()
+
+    def reported_load(self) -> ReportedLoad | None:
+        return None if self.load is None else self.load()
 
 
 class Catalog:

@@ -236,7 +236,16 @@ class EngineConfig(_Frozen):
     url: str | None = None
     n_ctx: int = Field(4096, gt=0)
     n_threads: int | None = Field(None, ge=1)
-    chat_format: str = "chatml-function-calling"
+    # llama.cpp: sequences one replica decodes at once (llama-server -np, continuous batching),
+    # each with its own n_ctx of KV cache; routing counts them as the replica's slots.
+    parallel: int = Field(4, ge=1, le=64)
+    # llama.cpp: serve /v1/embeddings only (llama-server --embeddings), pooling the model's
+    # hidden states this way ("mean" makes any chat model an embedding model, if not a good one).
+    embeddings: bool = False
+    pooling: Literal["mean", "cls", "last"] = "mean"
+    # llama.cpp: a Jinja chat template to use instead of the GGUF's own (default: the GGUF's; for the
+    # shipped smollm2, its template extended with tool calls, see providers/engines/templates/).
+    chat_template_file: str | None = None
     prefix_cache: bool = True
     tensor_parallel_size: int = Field(1, ge=1)
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
@@ -246,8 +255,9 @@ class EngineConfig(_Frozen):
     restart_backoff_max: float = Field(30.0, gt=0)
     price: Price = Price()
     capabilities: Capabilities = Capabilities()
-    # Routing hints for every replica (default: one slot each, the engine's cache profile).
-    routing: DeploymentRouting = DeploymentRouting(slots=1)
+    # Routing hints for every replica (default: `parallel` slots each for llama.cpp, else one;
+    # the engine's cache profile).
+    routing: DeploymentRouting = DeploymentRouting()
 
     _name_header_safe = field_validator("served_model_name")(_header_safe)
 

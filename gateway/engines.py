@@ -6,8 +6,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.catalog import Endpoint
-from gateway.config import Capabilities, DeploymentConfig, EngineConfig
-from providers.base import Target
+from gateway.config import Capabilities, DeploymentConfig, DeploymentRouting, EngineConfig
+from providers.base import Adapter, Target
+from providers.engines.models import chat_template
+from providers.llamacpp import LlamaCppAdapter
 from providers.registry import adapter_for
 
 # Engine kind -> provider adapter kind.
@@ -17,12 +19,36 @@ IGNORES_N = frozenset({"llamacpp"})
 
 
 def engine_capabilities(cfg: EngineConfig) -> Capabilities:
+    caps = cfg.capabilities
     if cfg.kind in IGNORES_N:
-        return cfg.capabilities.model_copy(update={"native_n": False})
-    return cfg.capabilities
+        caps = caps.model_copy(update={"native_n": False})
+    if cfg.kind == "llamacpp" and cfg.embeddings:
+        # llama-server --embeddings serves nothing else.
+        caps = caps.model_copy(update={"modes": frozenset({"embeddings"}), "tools": False, "logprobs": False})
+    return caps
+
+
+def engine_routing(cfg: EngineConfig) -> DeploymentRouting:
+    """The replicas' routing hints: llama.cpp has `parallel` slots, whose KV cache is its prefix cache."""
+    routing = cfg.routing
+    if routing.slots is None:
+        routing = routing.model_copy(update={"slots": cfg.parallel if cfg.kind == "llamacpp" else 1})
+    if cfg.kind == "llamacpp" and routing.cache.capacity_tokens is None:
+        cache = routing.cache.model_copy(update={"capacity_tokens": cfg.n_ctx * cfg.parallel})
+        routing = routing.model_copy(update={"cache": cache})
+    return routing
+
+
+def engine_adapter(cfg: EngineConfig) -> Adapter:
+    template = chat_template(cfg)
+    if template is not None and template.call_prefix is not None:
+        # The bundled template: forced tool calls begin with its call opener (see providers.llamacpp).
+        return LlamaCppAdapter(forced_call_prefix=template.call_prefix)
+    return adapter_for(ADAPTER_KIND[cfg.kind])
 
 
 def engine_endpoints(cfg: EngineConfig, supervisor: Any) -> list[Endpoint]:
+    adapter = engine_adapter(cfg)
     endpoints = []
     for replica in supervisor.replicas:
         endpoint_id = f"{cfg.name}-{replica.index}"
@@ -34,7 +60,7 @@ def engine_endpoints(cfg: EngineConfig, supervisor: Any) -> list[Endpoint]:
             price=cfg.price,
             context_window=cfg.n_ctx,
             capabilities=engine_capabilities(cfg),
-            routing=cfg.routing,
+            routing=engine_routing(cfg),
         )
         index = replica.index
         endpoints.append(
@@ -52,8 +78,9 @@ def engine_endpoints(cfg: EngineConfig, supervisor: Any) -> list[Endpoint]:
                     upstream_model=cfg.served_model_name,
                     public_model=cfg.served_model_name,
                 ),
-                adapter=adapter_for(ADAPTER_KIND[cfg.kind]),
+                adapter=adapter,
                 ready=lambda s=supervisor, i=index: s.is_ready(i),
+                load=(lambda s=supervisor, i=index: s.load(i)) if hasattr(supervisor, "load") else None,
             )
         )
     return endpoints

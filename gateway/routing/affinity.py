@@ -70,8 +70,10 @@ KIND_PROFILES: Mapping[str, str] = {
     "llamacpp": "engine",
 }
 
-# llama.cpp's prefix cache is small (a RAM cache of whole prompt states) and reports nothing.
-_LLAMACPP = CacheProfile(ttl_s=3600.0, capacity_tokens=8192, reports=False)
+# llama-server's prefix cache is its slots' KV (each slot keeps its last prompt) plus a RAM cache
+# of saved slot states; it reports `cached_tokens` in every answer. Supervised engines set the
+# capacity from their slots (gateway.engines.engine_routing).
+_LLAMACPP = CacheProfile(ttl_s=3600.0, capacity_tokens=8192, reports=True)
 
 
 def profile_for(endpoint: Endpoint) -> CacheProfile:

@@ -9,7 +9,10 @@ quality, in penalty seconds (`settings.Weights`). Pure: everything comes from th
     work   = self-hosted endpoints: the prefill compute b*u, which every later request waits behind
     cost   = (u*input + hit*cached_input + E[out]*output) / 1e6    (USD, weighted per cent)
     decode = E[out] / decode rate
-    load   = in-flight / slots
+    load   = in-flight / slots, or the engine's KV usage if higher
+    An engine that reports its load (llama-server's /metrics, /slots) also counts what this gateway
+    cannot see: other gateways' requests and those waiting for a slot. In-flight is then the larger
+    of the local count and the engine's running + waiting requests.
     evict  = self-hosted endpoints whose prefix cache is evicting: b*(prompt + u) x risk, where
              risk = max(0, 1 - residence / reuse_s) and residence is how long an untouched block
              survives there (the age of the index's LRU head). A conversation's next turn finds
@@ -51,6 +54,10 @@ def score_candidate(ep: Endpoint, f: RequestFeatures, s: Snapshot, w: Weights) -
     ttft = lat.ttft(uncached)
     slots = static.slots
     inflight = s.inflight(eid)
+    kv_usage = 0.0
+    if slots is not None and (report := s.reported_load(ep)) is not None:
+        inflight = max(inflight, float(report.processing + report.deferred))
+        kv_usage = report.kv_usage
     out = f.expected_output_tokens
     decode_s = out / lat.decode_tps if out else 0.0
     queue = 0.0
@@ -69,7 +76,7 @@ def score_candidate(ep: Endpoint, f: RequestFeatures, s: Snapshot, w: Weights) -
         # many of other conversations' tokens as it writes (u), which its blocks push out.
         t_evict = w.evict * evict_risk(s.residence(eid), w) * lat.b * (prompt + uncached)
     t_cost, t_decode = w.cost * cost_usd * 100.0, w.decode * decode_s
-    t_load = w.load * inflight / (slots if slots is not None else CLOUD_SLOTS)
+    t_load = w.load * max(inflight / (slots if slots is not None else CLOUD_SLOTS), kv_usage)
     base = t_ttft + t_queue + t_work + t_evict + t_cost + t_decode + t_load
     quality = s.quality(eid) * static.quality
     quality = max(quality, 1e-3)

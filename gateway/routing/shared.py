@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from gateway.background import Heartbeat, cancel_and_wait, run_forever
-from gateway.catalog import Catalog, Endpoint
+from gateway.catalog import Catalog, Endpoint, ReportedLoad
 from gateway.errors import RateLimited
 from gateway.routing.affinity import AffinityIndex, CacheProfile, profile_for
 from gateway.routing.breaker import CircuitBreaker
@@ -494,6 +494,9 @@ class LiveSnapshot:
         s = self._s
         remote = s._remote.get(endpoint_id)
         return s._prefill.get(endpoint_id, 0) + (remote[1] if remote else 0)
+
+    def reported_load(self, endpoint: Endpoint) -> ReportedLoad | None:
+        return endpoint.reported_load()
 
     def latency(self, endpoint_id: str) -> EndpointLatency:
         summary = self._s.latency._summary.get(endpoint_id)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gateway.catalog import Endpoint
+from gateway.catalog import Endpoint, ReportedLoad
 from gateway.routing.affinity import CacheProfile, profile_for
 from gateway.routing.latency import (
     CLOUD_PRIOR,
@@ -62,6 +62,10 @@ class Snapshot(Protocol):
 
     def pending_prefill(self, endpoint_id: str) -> float: ...
 
+    def reported_load(self, endpoint: Endpoint) -> ReportedLoad | None:
+        """The engine's own queue and KV usage, where it reports them (else None)."""
+        ...
+
     def latency(self, endpoint_id: str) -> EndpointLatency: ...
 
     def match(self, endpoint_id: str, chain: list[int]) -> int: ...
@@ -105,6 +109,7 @@ class StaticSnapshot:
     no_headroom: frozenset[str] = frozenset()
     inflights: Mapping[str, float] = field(default_factory=dict)
     pending: Mapping[str, float] = field(default_factory=dict)
+    reported_loads: Mapping[str, ReportedLoad] = field(default_factory=dict)
     matches: Mapping[str, int] = field(default_factory=dict)
     reliabilities: Mapping[str, float] = field(default_factory=dict)
     residences: Mapping[str, float] = field(default_factory=dict)
@@ -142,6 +147,9 @@ class StaticSnapshot:
 
     def pending_prefill(self, endpoint_id: str) -> float:
         return self.pending.get(endpoint_id, 0.0)
+
+    def reported_load(self, endpoint: Endpoint) -> ReportedLoad | None:
+        return self.reported_loads.get(endpoint.id)
 
     def latency(self, endpoint_id: str) -> EndpointLatency:
         assert self.latency_model is not None

@@ -122,7 +122,8 @@ def load_llama(path: Path, options: LlamaOptions) -> Any:
 
 def disable_extra_buffers() -> None:
     """Load weights without llama.cpp's extra CPU buffers (AMX, repack): on VMs that advertise
-    AMX without enabling it they fault on the first batch (see providers.engines.llamacpp_server).
+    AMX without enabling it they fault on the first batch (scripts/build_llama_server.sh builds the
+    bundled engine without AMX code for the same reason).
     Idempotent; patches the name `Llama.__init__` looks up at call time."""
     import llama_cpp.llama_cpp as low_level
 

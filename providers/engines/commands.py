@@ -2,27 +2,38 @@
 
 A builder turns `EngineConfig` plus one replica's port and resolved model into an argv list.
 `ENGINE_KINDS` maps `EngineConfig.kind` to its builder and the facts the supervisor needs
-(which Python module must be importable, which path says the server is alive, which environment
-variables the engine would silently read as settings).
+(which Python module or executable must be there, which path says the server is alive, which
+environment variables the engine would silently read as settings, how to read its output).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import os
+import shutil
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+import httpx
+import orjson
+
 from gateway.config import EngineConfig
+from providers.engines.load import EngineLoad, read_load
+from providers.engines.models import chat_template
 
 # The most logprobs the gateway ever asks for (OpenAI's top_logprobs limit).
 MAX_TOP_LOGPROBS = 20
-# Real bytes of llama.cpp's prefix cache per replica (our server entry point counts every byte).
+# RAM for llama-server's prompt cache per replica (older prefixes saved out of the slots), in MiB.
 # Not in EngineConfig yet; `extra_args` can override it, since a later flag wins.
-LLAMACPP_PREFIX_CACHE_BYTES = 1 << 30
+LLAMACPP_PROMPT_CACHE_MIB = 1024
+# The executable scripts/install.sh builds (and links beside the interpreter).
+LLAMA_SERVER = "llama-server"
 
 CommandBuilder = Callable[..., list[str]]
+LoadReader = Callable[[httpx.AsyncClient, str, float], Awaitable[EngineLoad]]
 
 
 @dataclass(frozen=True)
@@ -32,8 +43,16 @@ class EngineKind:
     python_module: str
     # A GET that answers 200 while the server is alive, even while it is busy generating.
     liveness_path: str
-    # Environment variables (lower-case names) that the engine reads as settings; removed from its env.
+    # Environment variables (lower-case names, or name prefixes) that the engine reads as settings;
+    # removed from its env.
     settings_env: frozenset[str] = frozenset()
+    settings_env_prefixes: tuple[str, ...] = ()
+    # An executable that must be on the engine's PATH (checked before spawning); "" for none.
+    executable: str = ""
+    # Turns one line of the engine's output into (logging level, text); None: the line as it is.
+    parse_output: Callable[[str], tuple[int, str]] | None = None
+    # Reads how loaded a replica is from the engine itself (client, root URL, now); None: it cannot say.
+    read_load: LoadReader | None = None
 
 
 def llamacpp_command(cfg: EngineConfig, *, port: int, model: str, cpu_count: int) -> list[str]:
@@ -41,24 +60,78 @@ def llamacpp_command(cfg: EngineConfig, *, port: int, model: str, cpu_count: int
     # 2 tok/s (spinning OpenMP threads fight for the cores) where 1 thread decoded 31-34 tok/s.
     threads = cfg.n_threads or max(1, (cpu_count - 1) // cfg.replicas)
     argv = [
-        # llama_cpp.server with AMX weight buffers off and an honest cache size; see llamacpp_server.py.
-        sys.executable, "-m", "providers.engines.llamacpp_server",
+        llama_server_path(),
         "--model", model,
-        "--model_alias", cfg.served_model_name,
+        "--alias", cfg.served_model_name,
         "--host", cfg.host,
         "--port", str(port),
-        "--chat_format", cfg.chat_format,
-        "--n_ctx", str(cfg.n_ctx),
-        "--n_threads", str(threads),
-        "--n_threads_batch", str(threads),
-        # Otherwise any new request (even GET /v1/models) cuts a running stream short.
-        "--interrupt_requests", "False",
-        # Logprobs need logits for every position; the server's default, pinned here.
-        "--logits_all", "True",
+        # n_ctx for each of `parallel` slots, decoded together (continuous batching).
+        "--ctx-size", str(cfg.n_ctx * cfg.parallel),
+        "--parallel", str(cfg.parallel),
+        # One KV buffer per slot: a prompt decodes to the same tokens alone or batched with others
+        # (measured: greedy outputs differ under --kv-unified). Embeddings need the unified buffer:
+        # with one per slot, two different inputs batched together change each other's vectors.
+        "--kv-unified" if cfg.embeddings else "--no-kv-unified",
+        "--cont-batching",
+        "--threads", str(threads),
+        "--threads-batch", str(threads),
+        # The chat template (and tool-call format) stored in the GGUF, as every other engine applies it.
+        "--jinja",
+        "--metrics",
+        "--slots",
+        "--no-webui",
+        "--offline",
+        # Its own origin only: no web page may read its answers (it has no key; the gateway is its client).
+        "--cors-origins", f"http://{cfg.host}:{port}",
+        # One JSON object per line with its level: the gateway logs info at debug (see parse_llamacpp_line).
+        "--log-jsonl",
+        "--log-colors", "off",
     ]
-    if cfg.prefix_cache:
-        argv += ["--cache", "True", "--cache_type", "ram", "--cache_size", str(LLAMACPP_PREFIX_CACHE_BYTES)]
+    template = chat_template(cfg)
+    if template is not None and not cfg.embeddings:
+        argv += ["--chat-template-file", str(template.path)]
+    if cfg.embeddings:
+        # Pooling needs a whole input in one physical batch: let that be a whole context.
+        argv += ["--embeddings", "--pooling", cfg.pooling, "--batch-size", str(cfg.n_ctx), "--ubatch-size", str(cfg.n_ctx)]
+    elif cfg.prefix_cache:
+        argv += ["--cache-prompt", "--cache-ram", str(LLAMACPP_PROMPT_CACHE_MIB)]
+    else:
+        argv += ["--no-cache-prompt", "--cache-ram", "0"]
     return argv + list(cfg.extra_args)
+
+
+def llama_server_path() -> str:
+    """The llama-server beside the interpreter (where install.sh links it), else the name for PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), LLAMA_SERVER)
+    return beside if os.path.isfile(beside) else LLAMA_SERVER
+
+
+# llama-server's log levels (common/log.cpp) -> logging levels. "info" is the metadata dump and
+# per-request chatter: debug for the gateway. "cont" continues the entry before it.
+_LLAMACPP_LEVELS: Mapping[str, int] = {
+    "debug": logging.DEBUG, "info": logging.DEBUG, "cont": logging.DEBUG, "none": logging.DEBUG,
+    "warn": logging.WARNING, "error": logging.ERROR,
+}
+
+
+# Warnings llama-server gives for routine prompt-cache work (a prompt it holds in full is still
+# evaluated from its last token): debug, like the rest of its per-request chatter.
+_ROUTINE_WARNINGS = ("need to evaluate at least 1 token", "n_past was set to")
+
+
+def parse_llamacpp_line(line: str) -> tuple[int, str]:
+    """One `--log-jsonl` line -> (level, message); anything else (a stray print) is debug as it is."""
+    try:
+        entry = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return logging.DEBUG, line
+    if not isinstance(entry, dict) or not isinstance(entry.get("msg"), str):
+        return logging.DEBUG, line
+    message = entry["msg"].strip()
+    level = _LLAMACPP_LEVELS.get(str(entry.get("level")), logging.DEBUG)
+    if level == logging.WARNING and any(routine in message for routine in _ROUTINE_WARNINGS):
+        level = logging.DEBUG
+    return level, message
 
 
 def vllm_command(cfg: EngineConfig, *, port: int, model: str, cpu_count: int) -> list[str]:
@@ -98,28 +171,21 @@ def sglang_command(cfg: EngineConfig, *, port: int, model: str, cpu_count: int) 
     return argv + list(cfg.extra_args)
 
 
-# llama_cpp.server reads every unset setting from an environment variable of the same name
-# (pydantic-settings, case-insensitive), and uvicorn.run there prefers $HOST/$PORT over --host/--port,
-# so a gateway started with PORT=... or API_KEY=... would move or lock its engine. Checked against
-# the installed version by the tests.
+# llama-server reads LLAMA_ARG_<FLAG> for every flag it has, and a few other variables (an API key,
+# Google Cloud's AIP_* routes and port, slot debugging), so a gateway started with LLAMA_API_KEY=...
+# or AIP_MODE=... would lock or move its engine. Checked against the vendored source by the tests.
 LLAMACPP_SETTINGS_ENV = frozenset({
-    "api_key", "cache", "cache_size", "cache_type", "chat_format", "chat_template_kwargs",
-    "clip_model_path", "config_file", "disable_ping_events", "draft_model",
-    "draft_model_num_pred_tokens", "embedding", "flash_attn", "hf_model_repo_id",
-    "hf_pretrained_model_name_or_path", "hf_tokenizer_config_path", "host", "interrupt_requests",
-    "kv_overrides", "last_n_tokens_size", "logits_all", "lora_base", "lora_path", "main_gpu", "model",
-    "model_alias", "models", "mul_mat_q", "n_batch", "n_ctx", "n_gpu_layers", "n_threads",
-    "n_threads_batch", "n_ubatch", "numa", "offload_kqv", "port", "root_path", "rope_freq_base",
-    "rope_freq_scale", "rope_scaling_type", "rpc_servers", "seed", "split_mode", "ssl_certfile",
-    "ssl_keyfile", "tensor_split", "type_k", "type_v", "use_mlock", "use_mmap", "verbose",
-    "vocab_only", "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_ext_factor",
-    "yarn_orig_ctx",
+    "llama_api_key", "hf_token", "mtmd_backend_device", "llama_app_cmd", "llama_media_marker",
+    "llama_trace", "llamacpp_test_modelfile",
 })
+LLAMACPP_SETTINGS_ENV_PREFIXES = ("llama_arg_", "llama_server_", "aip_")
 
 ENGINE_KINDS: Mapping[str, EngineKind] = MappingProxyType({
-    # /v1/models takes the model lock in llama_cpp.server, so it stalls behind a long generation;
-    # /openapi.json is served by FastAPI without it.
-    "llamacpp": EngineKind(llamacpp_command, "llama_cpp", "/openapi.json", LLAMACPP_SETTINGS_ENV),
+    # /health answers from the HTTP thread while the slots generate (never logged by the server).
+    "llamacpp": EngineKind(
+        llamacpp_command, "", "/health", LLAMACPP_SETTINGS_ENV, LLAMACPP_SETTINGS_ENV_PREFIXES,
+        executable=LLAMA_SERVER, parse_output=parse_llamacpp_line, read_load=read_load,
+    ),
     "vllm": EngineKind(vllm_command, "vllm", "/health"),
     "sglang": EngineKind(sglang_command, "sglang", "/health"),
 })
@@ -143,11 +209,22 @@ def engine_environment(kind: EngineKind, environ: Mapping[str, str]) -> dict[str
     env = {
         k: v
         for k, v in environ.items()
-        if (k in ENGINE_ENV_NAMES or k.startswith(ENGINE_ENV_PREFIXES)) and k.lower() not in kind.settings_env
+        if (k in ENGINE_ENV_NAMES or k.startswith(ENGINE_ENV_PREFIXES))
+        and k.lower() not in kind.settings_env
+        and not k.lower().startswith(kind.settings_env_prefixes)
     }
     # Engine output goes through a pipe; unbuffered keeps log lines timely and in order.
     env["PYTHONUNBUFFERED"] = "1"
-    # Console scripts such as `vllm` live beside the interpreter, which may not be on PATH.
+    # Console scripts such as `vllm`, and llama-server, live beside the interpreter, which may not be on PATH.
     bin_dir = os.path.dirname(sys.executable)
     env["PATH"] = os.pathsep.join(p for p in (bin_dir, environ.get("PATH", "")) if p)
     return env
+
+
+def missing_requirement(kind: EngineKind, engine: str, env: Mapping[str, str]) -> str | None:
+    """What the engine needs and this machine lacks, as one line; None when nothing is missing."""
+    if kind.python_module and importlib.util.find_spec(kind.python_module) is None:
+        return f"engine {engine}: Python module {kind.python_module} is not installed"
+    if kind.executable and shutil.which(kind.executable, path=env.get("PATH")) is None:
+        return f"engine {engine}: {kind.executable} is not installed (scripts/install.sh builds it)"
+    return None

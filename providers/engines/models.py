@@ -13,6 +13,7 @@ import importlib.util
 import os
 import tempfile
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
@@ -129,3 +130,28 @@ def _sha256(path: Path) -> str:
 SHIPPED_MODELS: Mapping[str, Callable[[str, Path], Path]] = MappingProxyType(
     {"smollm2": smollm2_path, "gemma3-270m": gemma3_path}
 )
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    path: Path
+    # How the template opens a tool call; None when unknown (a user's own template).
+    call_prefix: str | None = None
+
+
+_TEMPLATES = Path(__file__).with_name("templates")
+# SmolLM2's GGUF template has no tool syntax (llama-server then ignores `tools`). This one renders
+# every conversation without tools byte for byte as the GGUF's does, and with tools adds Qwen2.5's
+# (Hermes) tool blocks, whose calls llama-server parses and constrains natively.
+SHIPPED_TEMPLATES: Mapping[str, ChatTemplate] = MappingProxyType(
+    {"smollm2": ChatTemplate(_TEMPLATES / "smollm2-tools.jinja", "<tool_call>\n")}
+)
+
+
+def chat_template(cfg: EngineConfig) -> ChatTemplate | None:
+    """The template llama-server is given instead of the GGUF's own, if any."""
+    if cfg.kind != "llamacpp":
+        return None
+    if cfg.chat_template_file is not None:
+        return ChatTemplate(Path(cfg.chat_template_file).expanduser())
+    return SHIPPED_TEMPLATES.get(cfg.model)

@@ -1,18 +1,19 @@
 """Cheap checks before `gwctl serve` starts anything: a problem is one line, not a log.
 
 What is certain to fail is caught here, before logging is set up and before any engine is spawned:
-a model path that does not exist, an unknown model alias, a missing shipped-model package or engine
-module, and a port (the gateway's or an engine replica's) that another process already listens on.
+a model path that does not exist, an unknown model alias, a missing shipped-model package, engine
+module or executable, and a port (the gateway's or an engine replica's) that another process already listens on.
 The supervisor checks the same things again at start (a port can be taken in between).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Callable, Mapping
 
 from gateway.config import EngineConfig, Settings
-from providers.engines.commands import ENGINE_KINDS, EngineKind
+from providers.engines.commands import ENGINE_KINDS, EngineKind, engine_environment, missing_requirement
 from providers.engines.errors import EngineStartError
 from providers.engines.models import GEMMA3_PACKAGE, resolve_model
 from providers.engines.ports import port_in_use
@@ -49,8 +50,8 @@ def engine_problem(
     kind = kinds.get(cfg.kind)
     if kind is None:  # "external": nothing of ours to start
         return None
-    if kind.python_module and importlib.util.find_spec(kind.python_module) is None:
-        return f"engine {cfg.name}: Python module {kind.python_module} is not installed"
+    if (missing := missing_requirement(kind, cfg.name, engine_environment(kind, os.environ))) is not None:
+        return missing
     package = _PACKAGE_ONLY.get(cfg.model) if cfg.kind == "llamacpp" else None
     try:
         if package is None:

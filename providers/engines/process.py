@@ -19,6 +19,9 @@ import sys
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
+# One output line -> (logging level, text to log).
+LineParser = Callable[[str], tuple[int, str]]
+
 _PR_SET_PDEATHSIG = 1
 # Engines print long lines (model metadata); allow up to 1 MiB before a line is dropped.
 _LINE_LIMIT = 1024 * 1024
@@ -44,11 +47,18 @@ def _die_with_parent(parent_pid: int) -> Callable[[], None] | None:
 class EngineProcess:
     """A running engine; create with `await EngineProcess.spawn(...)`."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, prefix: str, logger: logging.Logger, level: int) -> None:
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        prefix: str,
+        logger: logging.Logger,
+        level: int,
+        parse: LineParser | None = None,
+    ) -> None:
         self._proc = proc
         self._tail: deque[str] = deque(maxlen=_TAIL_LINES)
         assert proc.stdout is not None
-        self._pump = asyncio.create_task(self._forward(proc.stdout, prefix, logger, level))
+        self._pump = asyncio.create_task(self._forward(proc.stdout, prefix, logger, level, parse))
 
     @classmethod
     async def spawn(
@@ -59,8 +69,13 @@ class EngineProcess:
         prefix: str,
         logger: logging.Logger,
         level: int = logging.INFO,
+        parse: LineParser | None = None,
     ) -> EngineProcess:
-        """Start `argv`; stdout and stderr go, merged and in order, to `logger` as "<prefix> <line>"."""
+        """Start `argv`; stdout and stderr go, merged and in order, to `logger` as "<prefix> <line>".
+
+        `parse` turns a line into (level, text), for engines that say how serious each line is;
+        without it every line is logged at `level` as it is.
+        """
         proc = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.DEVNULL,
@@ -71,7 +86,7 @@ class EngineProcess:
             preexec_fn=_die_with_parent(os.getpid()),
             limit=_LINE_LIMIT,
         )
-        return cls(proc, prefix, logger, level)
+        return cls(proc, prefix, logger, level, parse)
 
     @property
     def pid(self) -> int:
@@ -115,7 +130,9 @@ class EngineProcess:
         except (ProcessLookupError, PermissionError):
             pass
 
-    async def _forward(self, stream: asyncio.StreamReader, prefix: str, logger: logging.Logger, level: int) -> None:
+    async def _forward(
+        self, stream: asyncio.StreamReader, prefix: str, logger: logging.Logger, level: int, parse: LineParser | None
+    ) -> None:
         while True:
             try:
                 raw = await stream.readline()
@@ -124,6 +141,9 @@ class EngineProcess:
             if not raw:
                 return
             line = raw.decode(errors="replace").rstrip()
+            line_level = level
+            if line and parse is not None:
+                line_level, line = parse(line)
             if line:
                 self._tail.append(line)
-                logger.log(level, "%s %s", prefix, line)
+                logger.log(line_level, "%s %s", prefix, line)

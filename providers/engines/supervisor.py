@@ -3,14 +3,15 @@
 `EngineSupervisor(cfg)` knows its replicas (ports, base URLs) at construction. `start()` launches
 them and returns once each answers ``GET /v1/models`` (or raises `EngineStartError` with one line).
 A watcher task per replica then restarts a replica whose process exits or stops answering, with
-exponential backoff. The router reads `replicas[i].state` / `is_ready(i)`, which do no I/O.
+exponential backoff. For engines that report their load (llama-server's /metrics and /slots), a
+poller per replica keeps `load(i)` fresh. The router reads `replicas[i].state`, `is_ready(i)` and
+`load(i)`, which do no I/O.
 For kind "external" there is no process: the watcher only probes the URL and sets the state.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import logging
 import os
 import time
@@ -23,8 +24,15 @@ from urllib.parse import urlsplit
 import httpx
 
 from gateway.config import EngineConfig
-from providers.engines.commands import ENGINE_KINDS, EngineKind, engine_environment
+from providers.engines.commands import (
+    ENGINE_KINDS,
+    EngineKind,
+    LoadReader,
+    engine_environment,
+    missing_requirement,
+)
 from providers.engines.errors import EngineStartError
+from providers.engines.load import EngineLoad
 from providers.engines.models import resolve_model
 from providers.engines.ports import base_url, free_ports, port_in_use
 from providers.engines.process import EngineProcess
@@ -33,6 +41,8 @@ ReplicaState = Literal["starting", "ready", "restarting", "stopped", "failed"]
 
 # How often start-up polls a replica that is loading its model.
 _READY_POLL_SECONDS = 0.1
+# A load report older than this many poll intervals is unknown (the engine stopped answering).
+_STALE_POLLS = 4
 
 
 @dataclass
@@ -59,6 +69,7 @@ class EngineSupervisor:
         health_timeout: float = 5.0,
         unhealthy_after: int = 3,
         stop_grace: float = 5.0,
+        load_interval: float = 0.5,
         output_level: int = logging.INFO,
         environ: Mapping[str, str] | None = None,
         cache_dir: Path | None = None,
@@ -71,6 +82,7 @@ class EngineSupervisor:
         self._health_timeout = health_timeout
         self._unhealthy_after = unhealthy_after
         self._stop_grace = stop_grace
+        self._load_interval = load_interval
         self._output_level = output_level
         self._cache_dir = cache_dir
         # `kinds` is a seam for tests (a fake engine); "external" has no entry, hence no process.
@@ -79,6 +91,7 @@ class EngineSupervisor:
         self._model_arg = cfg.model
         self._processes: dict[int, EngineProcess] = {}
         self._watchers: list[asyncio.Task[None]] = []
+        self._loads: dict[int, EngineLoad] = {}
         self._client: httpx.AsyncClient | None = None
         self._started = False
         self._stopping: asyncio.Future[None] | None = None
@@ -99,6 +112,13 @@ class EngineSupervisor:
 
     def is_ready(self, index: int) -> bool:
         return self.replicas[index].state == "ready"
+
+    def load(self, index: int) -> EngineLoad | None:
+        """Replica `index`'s own report of its load, if it is ready and the report is fresh."""
+        load = self._loads.get(index)
+        if load is None or not self.is_ready(index) or self._clock() - load.read_at > _STALE_POLLS * self._load_interval:
+            return None
+        return load
 
     async def __aenter__(self) -> EngineSupervisor:
         await self.start()
@@ -123,11 +143,17 @@ class EngineSupervisor:
         self._watchers = [
             asyncio.create_task(self._watch(r), name=f"engine {self._cfg.name}#{r.index} watcher") for r in self.replicas
         ]
+        read = self._kind.read_load if self._kind is not None else None
+        if read is not None:
+            self._watchers += [
+                asyncio.create_task(self._poll_load(r, read), name=f"engine {self._cfg.name}#{r.index} load")
+                for r in self.replicas
+            ]
 
     async def _start_local(self, kind: EngineKind) -> None:
         cfg = self._cfg
-        if kind.python_module and importlib.util.find_spec(kind.python_module) is None:
-            raise EngineStartError(f"engine {cfg.name}: Python module {kind.python_module} is not installed")
+        if (missing := missing_requirement(kind, cfg.name, self._env)) is not None:
+            raise EngineStartError(missing)
         # Assembling a shipped model can read a few hundred MB; keep the loop free meanwhile.
         self._model_arg = await asyncio.to_thread(resolve_model, cfg, cache_dir=self._cache_dir)
         busy = [r.port for r in self.replicas if port_in_use(cfg.host, r.port)]
@@ -154,7 +180,12 @@ class EngineSupervisor:
         argv = self._kind.build(cfg, port=replica.port, model=self._model_arg, cpu_count=os.cpu_count() or 1)
         try:
             process = await EngineProcess.spawn(
-                argv, env=self._env, prefix=f"[engine {cfg.name}#{replica.index}]", logger=self._log, level=self._output_level
+                argv,
+                env=self._env,
+                prefix=f"[engine {cfg.name}#{replica.index}]",
+                logger=self._log,
+                level=self._output_level,
+                parse=self._kind.parse_output,
             )
         except OSError as exc:
             raise EngineStartError(f"engine {cfg.name}: cannot run {argv[0]}: {exc.strerror or exc}") from None
@@ -214,6 +245,25 @@ class EngineSupervisor:
                 attempt, failures = attempt + 1, 0
                 continue
             await self._sleep_unless_exit(process, self._health_interval)
+
+    async def _poll_load(self, replica: Replica, read: LoadReader) -> None:
+        """Keep `replica`'s load report fresh; a report that cannot be read is unknown, never fatal."""
+        assert self._client is not None
+        root = replica.base_url.removesuffix("/v1")
+        complained = False
+        while True:
+            if replica.state == "ready":
+                try:
+                    load = await read(self._client, root, self._clock())
+                except Exception as exc:  # noqa: BLE001 - the engine's answers must not stop this loop
+                    self._loads.pop(replica.index, None)
+                    if not complained:
+                        self._log.warning("engine %s#%d: cannot read its load: %s", self._cfg.name, replica.index, exc)
+                    complained = True
+                else:
+                    self._loads[replica.index] = load
+                    complained = False
+            await asyncio.sleep(self._load_interval)
 
     async def _restart(self, replica: Replica, process: EngineProcess, attempt: int) -> None:
         cfg = self._cfg

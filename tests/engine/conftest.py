@@ -27,7 +27,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL = "smollm2-135m-instruct"
 KEY = "sk-engine-test-key-0001"
 ADMIN_KEY = "sk-engine-admin-key-0002"
-ENGINE_MODULE = "providers.engines.llamacpp_server"
+ENGINE_EXECUTABLE = b"llama-server"
 # Start-up: the gateway imports in ~1 s and SmolLM2 loads in ~1 s; generous for a loaded CI box.
 READY_TIMEOUT_S = 60.0
 
@@ -38,15 +38,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def gateway_config(port: int, *, replicas: int = 1, **engine: Any) -> dict[str, Any]:
+def gateway_config(port: int, *, replicas: int = 1, engines: list[dict[str, Any]] | None = None, **engine: Any) -> dict[str, Any]:
+    """A test gateway's config: one SmolLM2 engine (with `engine`'s settings), or `engines` as given."""
     return {
         "server": {"host": "127.0.0.1", "port": port, "log_level": "info"},
         "auth": {"keys": [{"name": "engine-tests", "key": KEY}], "admin_key": ADMIN_KEY},
         "timeouts": {"connect": 2, "first_byte": 60, "between_chunks": 60, "total": 120},
         "retry": {"attempts_per_endpoint": 2, "max_attempts": 4, "backoff_base": 0.05, "backoff_max": 0.2},
         "metrics": {"enabled": False},
-        "engines": [{"name": "local", "model": "smollm2", "served_model_name": MODEL, "replicas": replicas,
-                     "n_ctx": 2048, **engine}],
+        "engines": engines if engines is not None else [
+            {"name": "local", "model": "smollm2", "served_model_name": MODEL, "replicas": replicas, "n_ctx": 2048, **engine}
+        ],
     }
 
 
@@ -69,7 +71,7 @@ def alive(pid: int) -> bool:
 
 
 def engine_processes(port: int) -> list[int]:
-    """Live processes running the llama.cpp engine on `port` (from /proc/*/cmdline)."""
+    """Live processes running llama-server on `port` (from /proc/*/cmdline)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -78,7 +80,7 @@ def engine_processes(port: int) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue
-        if ENGINE_MODULE.encode() in argv and b"--port" in argv:
+        if argv and argv[0].endswith(ENGINE_EXECUTABLE) and b"--port" in argv:
             i = argv.index(b"--port")
             if i + 1 < len(argv) and argv[i + 1] == str(port).encode() and alive(int(entry.name)):
                 found.append(int(entry.name))
@@ -97,11 +99,12 @@ def wait_until(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
 class Gateway:
     """`gwctl serve` as a child process, on a free port."""
 
-    def __init__(self, tmp: Path, *, replicas: int = 1, **engine: Any) -> None:
+    def __init__(self, tmp: Path, *, replicas: int = 1, engines: list[dict[str, Any]] | None = None, **engine: Any) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config_path = tmp / f"gateway-{self.port}.yaml"
-        self.config_path.write_text(yaml.safe_dump(gateway_config(self.port, replicas=replicas, **engine)))
+        config = gateway_config(self.port, replicas=replicas, engines=engines, **engine)
+        self.config_path.write_text(yaml.safe_dump(config))
         self.log_path = tmp / f"gateway-{self.port}.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
@@ -132,11 +135,13 @@ class Gateway:
             self._log.flush()
         return self.log_path.read_text(errors="replace")[-6000:]
 
-    def replicas(self) -> list[dict[str, Any]]:
+    def replicas(self, engine: str | None = None) -> list[dict[str, Any]]:
+        """The replicas of the one engine, or of the engine named `engine`."""
         response = self.admin.get("/admin/api/engines")
         response.raise_for_status()
-        (engine,) = response.json()["data"]
-        return list(engine["replicas"])
+        engines = response.json()["data"]
+        (found,) = engines if engine is None else [e for e in engines if e["name"] == engine]
+        return list(found["replicas"])
 
     def client(self, **kwargs: Any) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.url + "/v1", api_key=KEY, max_retries=0, timeout=60, **kwargs)

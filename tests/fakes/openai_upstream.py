@@ -25,8 +25,8 @@ succeed"). Every request is recorded in ``upstream.requests`` so tests can check
 ``tool_fault`` (a callable given each chat request body that gets a tool call) may break that call:
 it returns ``"bad_json"`` (arguments cut in half), ``"unknown_name"`` (an undeclared name) or None.
 
-``llamacpp_quirks=True`` reproduces llama-cpp-python's server: every tool-call delta repeats the call's
-id, type and name, and an assistant message with ``content: null`` gets a 500.
+``llamacpp_quirks=True`` reproduces llama-server: an assistant message with neither ``content`` nor
+``tool_calls`` gets a 400, and a ``tool_choice`` that is not a string is ignored (as "auto").
 
 Usage (in any running loop)::
 
@@ -243,11 +243,10 @@ class FakeOpenAIUpstream:
         if not isinstance(body, dict):
             return _error(400, "We could not parse the JSON body of your request.", "invalid_request_error")
         if self.llamacpp_quirks and any(
-            isinstance(m, dict) and m.get("role") == "assistant" and "content" in m and m["content"] is None
+            isinstance(m, dict) and m.get("role") == "assistant" and m.get("content") is None and not m.get("tool_calls")
             for m in body.get("messages") or ()
         ):
-            # llama-cpp-python's server cannot render an assistant turn with null content.
-            return web.Response(status=500, text="Internal Server Error")
+            return _error(400, "Assistant message must contain either 'content' or 'tool_calls'!", "invalid_request_error")
         return await self._serve(request, body, _ChatAnswer(body, self))
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
@@ -577,13 +576,6 @@ class _ChatAnswer(_Answer):
             for fragment in fragments:
                 for i in range(self.n):
                     call: dict[str, Any] = {"index": 0, "function": {"arguments": fragment}}
-                    if self.up.llamacpp_quirks:
-                        call = {
-                            "index": 0,
-                            "id": self._call_id(i),
-                            "type": "function",
-                            "function": {"name": self._name(), "arguments": fragment},
-                        }
                     yield self._chunk(i, {"tool_calls": [call]})
         else:
             for p, token in enumerate(self.tokens):

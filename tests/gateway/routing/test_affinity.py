@@ -136,7 +136,7 @@ def test_profiles_by_kind_and_overrides() -> None:
     assert profile_for(endpoint("o/m", kind="together")).prompt_cache_key
     assert profile_for(endpoint("d/m", kind="deepseek")).step_tokens == 64
     llama = profile_for(endpoint("l/m", kind="llamacpp"))
-    assert not llama.reports and llama.capacity_tokens == 8192
+    assert llama.reports and llama.capacity_tokens == 8192  # llama-server reports cached_tokens
     tuned = profile_for(local("v-0", cache={"capacity_tokens": 1000, "ttl_s": 5, "reports": False}))
     assert (tuned.capacity_tokens, tuned.ttl_s, tuned.reports) == (1000, 5, False)
     assert profile_for(endpoint("n/m", routing={"cache": {"kind": "none"}})).capacity_tokens == 0

@@ -150,3 +150,39 @@ def test_evict_term_prices_the_risk_of_an_over_committed_cache() -> None:
     assert score_candidate(eng, f, StaticSnapshot(endpoints=(eng,)), w).evict == 0.0
     assert score_candidate(cl, f, snap, w).evict == 0.0
     assert score_candidate(eng, f, snap, Weights(evict=0.0)).evict == 0.0
+
+
+class _Report:
+    def __init__(self, processing: int, deferred: int, kv_usage: float) -> None:
+        self.processing, self.deferred, self.kv_usage = processing, deferred, kv_usage
+
+
+def test_an_engines_own_queue_counts_as_in_flight() -> None:
+    # llama-server's /metrics sees requests this gateway did not send (another gateway's) and
+    # those waiting for a slot: the queue and load terms use them when they exceed the local count.
+    eng = local("l-0", slots=2, **PRIOR)
+    f = features(LONG)
+    quiet = score_candidate(eng, f, StaticSnapshot(endpoints=(eng,), inflights={"l-0": 1}), W)
+    busy_snap = StaticSnapshot(endpoints=(eng,), inflights={"l-0": 1}, reported_loads={"l-0": _Report(2, 3, 0.1)})
+    busy = score_candidate(eng, f, busy_snap, W)
+    decode_s = f.expected_output_tokens / 50.0
+    assert busy.inflight == 5.0 and quiet.inflight == 1.0
+    assert quiet.queue == 0.0
+    assert busy.queue == pytest.approx(W.ttft * (5 - 2 + 1) * decode_s / 2)
+    assert busy.load == pytest.approx(W.load * 5 / 2)
+    # The local count wins when it is the larger (requests admitted, not yet at the engine).
+    behind = StaticSnapshot(endpoints=(eng,), inflights={"l-0": 3}, reported_loads={"l-0": _Report(1, 0, 0.0)})
+    assert score_candidate(eng, f, behind, W).inflight == 3.0
+
+
+def test_an_engines_kv_usage_raises_its_load_term() -> None:
+    eng = local("l-0", slots=4, **PRIOR)
+    f = features(LONG)
+    snap = StaticSnapshot(endpoints=(eng,), inflights={"l-0": 1}, reported_loads={"l-0": _Report(1, 0, 0.9)})
+    assert score_candidate(eng, f, snap, W).load == pytest.approx(W.load * 0.9)
+    low = StaticSnapshot(endpoints=(eng,), inflights={"l-0": 1}, reported_loads={"l-0": _Report(1, 0, 0.1)})
+    assert score_candidate(eng, f, low, W).load == pytest.approx(W.load * 1 / 4)
+    # A cloud endpoint has no slots: nothing it could report is used.
+    cl = cloud()
+    cloud_snap = StaticSnapshot(endpoints=(cl,), reported_loads={cl.id: _Report(50, 50, 1.0)})
+    assert score_candidate(cl, f, cloud_snap, W).load == 0.0

@@ -1,15 +1,23 @@
-import importlib.util
+import logging
 import os
+import re
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from gateway.config import EngineConfig
+from providers.engines.models import SHIPPED_TEMPLATES
 from providers.engines.commands import (
     ENGINE_KINDS,
-    LLAMACPP_SETTINGS_ENV,
+    LLAMA_SERVER,
     engine_environment,
+    llama_server_path,
     llamacpp_command,
+    missing_requirement,
+    parse_llamacpp_line,
     sglang_command,
     vllm_command,
 )
@@ -19,29 +27,91 @@ def test_llamacpp_command_has_exact_flags() -> None:
     cfg = EngineConfig(served_model_name="smol", n_ctx=2048, n_threads=3, extra_args=("--seed", "7"))
     argv = llamacpp_command(cfg, port=8600, model="/m/smol.gguf", cpu_count=8)
     assert argv == [
-        sys.executable, "-m", "providers.engines.llamacpp_server",
+        llama_server_path(),
         "--model", "/m/smol.gguf",
-        "--model_alias", "smol",
+        "--alias", "smol",
         "--host", "127.0.0.1",
         "--port", "8600",
-        "--chat_format", "chatml-function-calling",
-        "--n_ctx", "2048",
-        "--n_threads", "3",
-        "--n_threads_batch", "3",
-        "--interrupt_requests", "False",
-        "--logits_all", "True",
-        "--cache", "True", "--cache_type", "ram", "--cache_size", str(1 << 30),
+        "--ctx-size", "8192",
+        "--parallel", "4",
+        "--no-kv-unified",
+        "--cont-batching",
+        "--threads", "3",
+        "--threads-batch", "3",
+        "--jinja",
+        "--metrics",
+        "--slots",
+        "--no-webui",
+        "--offline",
+        "--cors-origins", "http://127.0.0.1:8600",
+        "--log-jsonl",
+        "--log-colors", "off",
+        "--chat-template-file", str(SHIPPED_TEMPLATES["smollm2"].path),
+        "--cache-prompt", "--cache-ram", "1024",
         "--seed", "7",
     ]
+    # Any other GGUF gets its own template.
+    assert "--chat-template-file" not in llamacpp_command(cfg.model_copy(update={"model": "/m/x.gguf"}), port=1, model="m", cpu_count=2)
 
 
-def test_llamacpp_shares_all_cores_but_one_between_replicas_and_can_drop_the_cache() -> None:
-    cfg = EngineConfig(replicas=3, prefix_cache=False)
+def test_llamacpp_gives_each_slot_n_ctx_and_can_drop_the_prompt_cache() -> None:
+    argv = llamacpp_command(EngineConfig(parallel=2, n_ctx=1000, prefix_cache=False), port=1, model="m", cpu_count=2)
+    assert argv[argv.index("--ctx-size") + 1] == "2000" and argv[argv.index("--parallel") + 1] == "2"
+    assert "--no-cache-prompt" in argv and argv[argv.index("--cache-ram") + 1] == "0"
+    assert "--cache-prompt" not in argv
+
+
+def test_llamacpp_embeddings_engine() -> None:
+    cfg = EngineConfig(embeddings=True, pooling="mean", n_ctx=512, parallel=2)
+    argv = llamacpp_command(cfg, port=1, model="m.gguf", cpu_count=2)
+    i = argv.index("--embeddings")
+    assert argv[i : i + 7] == ["--embeddings", "--pooling", "mean", "--batch-size", "512", "--ubatch-size", "512"]
+    assert "--cache-ram" not in argv
+    assert "--kv-unified" in argv and "--no-kv-unified" not in argv
+
+
+def test_llamacpp_shares_all_cores_but_one_between_replicas() -> None:
+    cfg = EngineConfig(replicas=3)
     argv = llamacpp_command(cfg, port=1, model="m.gguf", cpu_count=8)
-    assert argv[argv.index("--n_threads") + 1] == "2"  # (8 - 1) // 3
-    assert "--cache" not in argv
+    assert argv[argv.index("--threads") + 1] == "2"  # (8 - 1) // 3
     crowded = llamacpp_command(EngineConfig(replicas=4), port=1, model="m", cpu_count=2)
-    assert crowded[crowded.index("--n_threads") + 1] == "1"
+    assert crowded[crowded.index("--threads") + 1] == "1"
+
+
+def test_llamacpp_log_lines_are_debug_unless_warnings_or_errors() -> None:
+    assert parse_llamacpp_line('{"type":"log","time":1,"level":"info","msg":"llama_model_loader: - kv 0\\n"}') == (
+        logging.DEBUG, "llama_model_loader: - kv 0",
+    )
+    assert parse_llamacpp_line('{"type":"log","level":"warn","msg":"slot 0: context shift\\n"}') == (
+        logging.WARNING, "slot 0: context shift",
+    )
+    assert parse_llamacpp_line('{"type":"log","level":"error","msg":"failed to load model"}') == (
+        logging.ERROR, "failed to load model",
+    )
+    assert parse_llamacpp_line('{"type":"log","level":"cont","msg":"."}') == (logging.DEBUG, ".")
+    # Routine prompt-cache warnings (every fully cached prompt) are not worth a warning.
+    routine = '{"level":"warn","msg":"slot operator(): id  3 | task 17 | n_past was set to 32"}'
+    assert parse_llamacpp_line(routine)[0] == logging.DEBUG
+    # Not the JSON log format (a stray print, a truncated line): debug, verbatim.
+    assert parse_llamacpp_line("main: server is listening") == (logging.DEBUG, "main: server is listening")
+    assert parse_llamacpp_line('{"level":"error"}') == (logging.DEBUG, '{"level":"error"}')
+    assert parse_llamacpp_line("[1, 2]") == (logging.DEBUG, "[1, 2]")
+
+
+def test_llama_server_is_the_one_beside_the_interpreter_if_there() -> None:
+    beside = os.path.join(os.path.dirname(sys.executable), "llama-server")
+    assert llama_server_path() == (beside if os.path.isfile(beside) else "llama-server")
+
+
+def test_a_missing_llama_server_is_one_line(tmp_path: Path) -> None:
+    kind = ENGINE_KINDS["llamacpp"]
+    assert missing_requirement(kind, "local", {"PATH": str(tmp_path)}) == (
+        "engine local: llama-server is not installed (scripts/install.sh builds it)"
+    )
+    binary = tmp_path / "llama-server"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    assert missing_requirement(kind, "local", {"PATH": str(tmp_path)}) is None
 
 
 def test_vllm_command_has_exact_flags() -> None:
@@ -90,11 +160,12 @@ def test_every_process_kind_is_registered() -> None:
 
 
 def test_engine_environment_drops_what_llamacpp_would_read_as_settings() -> None:
-    environ = {"PORT": "80", "api_key": "x", "Model": "/other.gguf", "HOME": "/root", "PATH": "/usr/bin"}
+    environ = {
+        "LLAMA_ARG_PORT": "80", "llama_arg_model": "/other.gguf", "LLAMA_API_KEY": "x", "AIP_MODE": "1",
+        "LLAMA_SERVER_SLOTS_DEBUG": "1", "HF_TOKEN": "t", "HOME": "/root", "PATH": "/usr/bin", "PORT": "80",
+    }
     env = engine_environment(ENGINE_KINDS["llamacpp"], environ)
-    assert "PORT" not in env and "api_key" not in env and "Model" not in env
-    assert env["HOME"] == "/root"
-    assert env["PYTHONUNBUFFERED"] == "1"
+    assert set(env) == {"HOME", "PATH", "PYTHONUNBUFFERED"}  # PORT: not on the allow-list
     assert env["PATH"] == os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin"])
     # vLLM reads its own VLLM_* variables and nothing generic; PORT is not an engine's business.
     assert "PORT" not in engine_environment(ENGINE_KINDS["vllm"], environ)
@@ -124,9 +195,16 @@ def test_engines_get_an_explicit_minimal_environment_without_the_gateway_s_secre
     }
 
 
-@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python not installed")
-def test_settings_env_covers_the_installed_llamacpp_server() -> None:
-    from llama_cpp.server.settings import ConfigFileSettings, Settings
-
-    fields = set(Settings.model_fields) | set(ConfigFileSettings.model_fields)
-    assert fields - LLAMACPP_SETTINGS_ENV == set()
+@pytest.mark.skipif(
+    shutil.which(LLAMA_SERVER, path=engine_environment(ENGINE_KINDS["llamacpp"], os.environ)["PATH"]) is None
+    and not os.environ.get("CI"),
+    reason="llama-server is not built (scripts/install.sh)",
+)
+def test_settings_env_covers_the_installed_llama_server() -> None:
+    # `llama-server --help` names the variable behind every flag ("(env: LLAMA_ARG_CTX_SIZE)").
+    env = engine_environment(ENGINE_KINDS["llamacpp"], os.environ)
+    help_text = subprocess.run([LLAMA_SERVER, "--help"], env=env, capture_output=True, text=True, timeout=60).stdout
+    names = set(re.findall(r"\(env: ([A-Z0-9_]+)\)", help_text))
+    assert len(names) > 100 and "LLAMA_ARG_CTX_SIZE" in names and "LLAMA_API_KEY" in names
+    environ = dict.fromkeys(names, "1") | {"PATH": "/usr/bin"}
+    assert set(engine_environment(ENGINE_KINDS["llamacpp"], environ)) == {"PATH", "PYTHONUNBUFFERED"}

@@ -10,20 +10,25 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gateway.config import EngineConfig
 from providers.engines import EngineKind, EngineStartError, EngineSupervisor
+from providers.engines.commands import parse_llamacpp_line
+from providers.engines.load import EngineLoad, read_load
 
 FAKE_ENGINE = Path(__file__).with_name("fake_engine.py")
 
 
-def fake_kinds(mode: str, flag: Path | None = None, python_module: str | None = None) -> Mapping[str, EngineKind]:
+def fake_kinds(
+    mode: str, flag: Path | None = None, python_module: str | None = None, **kind: Any
+) -> Mapping[str, EngineKind]:
     def build(cfg: EngineConfig, *, port: int, model: str, cpu_count: int) -> list[str]:
         return [sys.executable, str(FAKE_ENGINE), str(port), mode, *([str(flag)] if flag else [])]
 
-    return {"llamacpp": EngineKind(build, python_module, "/health")}
+    return {"llamacpp": EngineKind(build, python_module or "", "/health", **kind)}
 
 
 def config(**overrides: object) -> EngineConfig:
@@ -246,3 +251,37 @@ else:
     while running(engine_pid):
         assert time.monotonic() < deadline, f"engine {engine_pid} outlived its SIGKILLed parent"
         time.sleep(0.02)
+
+
+async def test_a_replica_reports_its_load_while_it_answers(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    flag = tmp_path / "junk"
+    sup = supervisor(config(), fake_kinds("serve", flag, read_load=read_load), load_interval=0.05)
+    await sup.start()
+    try:
+        await eventually(lambda: sup.load(0) is not None)
+        load = sup.load(0)
+        assert isinstance(load, EngineLoad)
+        assert (load.processing, load.deferred, load.slots, load.kv_usage) == (1, 1, 2, 0.25)
+        # An answer that does not parse: the load is unknown, the replica stays up, one warning.
+        flag.write_text("junk")
+        await eventually(lambda: sup.load(0) is None)
+        await asyncio.sleep(0.3)
+        assert sup.is_ready(0) and sup.replicas[0].restarts == 0
+        warnings = [r.getMessage() for r in caplog.records if "cannot read its load" in r.getMessage()]
+        assert len(warnings) == 1 and "/metrics" in warnings[0]
+        flag.unlink()
+        await eventually(lambda: sup.load(0) is not None)
+    finally:
+        await sup.stop()
+    assert sup.load(0) is None  # stopped: no report is fresh
+
+
+async def test_engine_output_is_logged_at_the_level_the_parser_gives(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    sup = supervisor(config(), fake_kinds("serve", parse_output=parse_llamacpp_line))
+    await sup.start()
+    await sup.stop()
+    lines = [r for r in caplog.records if "fake engine listening" in r.getMessage()]
+    assert lines and all(r.levelno == logging.DEBUG for r in lines)
+    (warning,) = [r for r in caplog.records if "fake engine warning" in r.getMessage()]
+    assert warning.levelno == logging.WARNING and warning.getMessage() == "[engine local#0] fake engine warning"

@@ -1,0 +1,50 @@
+"""Local engines as endpoints: slots, cache capacity, modes and the engine's own load report."""
+
+from __future__ import annotations
+
+from gateway.config import EngineConfig
+from gateway.engines import engine_endpoints
+from gateway.routing.affinity import profile_for
+from gateway.routing.settings import DeploymentRouting
+from providers.engines import Replica
+from providers.engines.load import EngineLoad
+
+
+class Supervisor:
+    def __init__(self, replicas: int = 1) -> None:
+        self.replicas = [Replica(i, 9001 + i, f"http://127.0.0.1:{9001 + i}/v1", "m") for i in range(replicas)]
+        self.loads: dict[int, EngineLoad] = {}
+
+    def is_ready(self, index: int) -> bool:
+        return True
+
+    def load(self, index: int) -> EngineLoad | None:
+        return self.loads.get(index)
+
+
+def test_a_llamacpp_replica_has_parallel_slots_and_their_kv_as_its_cache() -> None:
+    (ep,) = engine_endpoints(EngineConfig(parallel=3, n_ctx=2048), Supervisor())
+    assert ep.deployment.routing.slots == 3
+    profile = profile_for(ep)
+    assert profile.capacity_tokens == 3 * 2048 and profile.reports  # llama-server reports cached_tokens
+    # What the operator sets wins.
+    routing = DeploymentRouting(slots=1, cache={"capacity_tokens": 100})
+    (set_ep,) = engine_endpoints(EngineConfig(routing=routing), Supervisor())
+    assert set_ep.deployment.routing.slots == 1 and profile_for(set_ep).capacity_tokens == 100
+    (vllm,) = engine_endpoints(EngineConfig(kind="vllm", model="org/m"), Supervisor())
+    assert vllm.deployment.routing.slots == 1
+
+
+def test_an_embeddings_engine_serves_embeddings_only() -> None:
+    (ep,) = engine_endpoints(EngineConfig(embeddings=True), Supervisor())
+    assert ep.deployment.capabilities.modes == {"embeddings"}
+    (chat,) = engine_endpoints(EngineConfig(), Supervisor())
+    assert "chat" in chat.deployment.capabilities.modes
+
+
+def test_each_endpoint_reads_its_own_replicas_load() -> None:
+    sup = Supervisor(replicas=2)
+    a, b = engine_endpoints(EngineConfig(replicas=2), sup)
+    assert a.reported_load() is None and b.reported_load() is None
+    sup.loads[1] = EngineLoad(processing=2, deferred=1, slots=4, kv_usage=0.5, read_at=0.0)
+    assert a.reported_load() is None and b.reported_load() is sup.loads[1]
