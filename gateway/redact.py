@@ -7,8 +7,13 @@ import logging
 import re
 
 # scheme://user:password@  (the user stays: it names an account, it opens nothing)
-_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^:@/\s]*:)[^@/\s]+@")
-_QUERY_SECRET = re.compile(r"([?&](?:password|passwd|pwd|token|secret|api_key|apikey)=)[^&\s#]+", re.IGNORECASE)
+# The password runs to the last "@" before the host, as URL parsers (redis-py's too) read it.
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^:@/\s]*:)[^/\s]*@")
+# ?password=... in a URL, and libpq's key=value form (password=... or password='...').
+_QUERY_SECRET = re.compile(
+    r"((?:^|[?&\s])(?:password|passwd|pwd|token|secret|api_key|apikey)\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^&\s#]+)",
+    re.IGNORECASE,
+)
 
 
 def mask_urls(text: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -168,10 +169,10 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
         return max(0.0, seconds) if math.isfinite(seconds) else None
     try:
         when = parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
-    from datetime import datetime, timezone
-
+    if when.tzinfo is None:  # "-0000": RFC 5322's "zone unknown", which HTTP dates mean as UTC
+        when = when.replace(tzinfo=timezone.utc)
     return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
 
 

@@ -28,6 +28,12 @@ SECRET = "s3cret-pw-4417"
         (f"postgresql+psycopg://gw:{SECRET}@db:5432/gw", "postgresql+psycopg://gw:***@db:5432/gw"),
         (f"postgresql://gw@db/gw?sslmode=require&password={SECRET}", "postgresql://gw@db/gw?sslmode=require&password=***"),
         (f"at redis://:{SECRET}@h:1/0 and postgresql://u:{SECRET}@h/d", "at redis://:***@h:1/0 and postgresql://u:***@h/d"),
+        # URL parsers (redis-py's too) end the userinfo at the last "@": so does the mask.
+        (f"redis://:p@{SECRET}@cache:6379/0", "redis://:***@cache:6379/0"),
+        (f"redis://u:{SECRET}@@cache:6379/0", "redis://u:***@cache:6379/0"),
+        # libpq's key=value form.
+        (f"host=db user=gw password={SECRET} dbname=gw", "host=db user=gw password=*** dbname=gw"),
+        (f"host=db password='{SECRET} x' dbname=gw", "host=db password=*** dbname=gw"),
         ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
         ("postgresql://gw@db:5432/gw", "postgresql://gw@db:5432/gw"),
     ],

@@ -294,6 +294,8 @@ def test_error_body_shapes() -> None:
         ({"retry-after": "-5"}, 0.0),
         ({"retry-after-ms": "x", "retry-after": "3"}, 3.0),
         ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),
+        # RFC 5322's "-0000" (no zone known) parses to a naive datetime: read as UTC, not a 500.
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 -0000"}, 0.0),
         # Not a number of seconds anyone can wait: ignored, never an infinite block.
         ({"retry-after": "inf"}, None),
         ({"retry-after": "Infinity"}, None),
@@ -306,6 +308,15 @@ def test_error_body_shapes() -> None:
 )
 def test_retry_after_seconds(headers: dict[str, str], expected: float | None) -> None:
     assert retry_after_seconds(headers) == expected
+
+
+def test_a_retry_after_date_without_a_zone_is_read_as_utc() -> None:
+    from email.utils import format_datetime
+    from datetime import datetime, timedelta, timezone
+
+    when = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=120), usegmt=True).replace("GMT", "-0000")
+    waited = retry_after_seconds({"retry-after": when})
+    assert waited is not None and 100 < waited <= 121
 
 
 def test_map_http_error_names_the_endpoint() -> None:

@@ -24,7 +24,8 @@ STRANGE_NUMBERS: tuple[Any, ...] = (0, 1, 2, -1, 10**6, 2**31, 2**63 - 1, 2**64,
 ROLES = ("user", "system", "assistant", "tool", "developer", "function", "", "root")
 RETRY_AFTERS = (
     "1", "inf", "-inf", "nan", "Infinity", "1e400", "1.8e305", "2e305", "1e306", "99999999999999999999", "-1", "0",
-    "0.001", "abc", "", " 3 ", "Wed, 21 Oct 2015 07:28:00 GMT", "Fri, 31 Dec 9999 23:59:59 GMT", "\u0661\u0662",
+    "0.001", "abc", "", " 3 ", "Wed, 21 Oct 2015 07:28:00 GMT", "Wed, 21 Oct 2015 07:28:00 -0000",
+    "Fri, 31 Dec 9999 23:59:59 GMT", "\u0661\u0662",
 )
 HUGE_NUMBERS = (b"5", b"1e400", b"-1e400", b"123456789012345678901234567890", b"100000000000000000", b"1e17", b"-5",
                 b"1.5", b'"12"', b"null", b"[]", b"{}", b"true", b"NaN", b"Infinity")
