@@ -186,7 +186,8 @@ ENGINE_KINDS: Mapping[str, EngineKind] = MappingProxyType({
         llamacpp_command, "", "/health", LLAMACPP_SETTINGS_ENV, LLAMACPP_SETTINGS_ENV_PREFIXES,
         executable=LLAMA_SERVER, parse_output=parse_llamacpp_line, read_load=read_load,
     ),
-    "vllm": EngineKind(vllm_command, "vllm", "/health"),
+    # VLLM_API_KEY would lock the gateway out of its own engine; VLLM_PORT is vLLM's internal port.
+    "vllm": EngineKind(vllm_command, "vllm", "/health", frozenset({"vllm_api_key", "vllm_port"})),
     "sglang": EngineKind(sglang_command, "sglang", "/health"),
 })
 

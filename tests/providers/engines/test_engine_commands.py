@@ -169,6 +169,9 @@ def test_engine_environment_drops_what_llamacpp_would_read_as_settings() -> None
     assert env["PATH"] == os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin"])
     # vLLM reads its own VLLM_* variables and nothing generic; PORT is not an engine's business.
     assert "PORT" not in engine_environment(ENGINE_KINDS["vllm"], environ)
+    # ...but not those that would lock the gateway out of it or move its internal port.
+    vllm = engine_environment(ENGINE_KINDS["vllm"], {"VLLM_API_KEY": "k", "VLLM_PORT": "1", "VLLM_LOGGING_LEVEL": "INFO"})
+    assert "VLLM_API_KEY" not in vllm and "VLLM_PORT" not in vllm and vllm["VLLM_LOGGING_LEVEL"] == "INFO"
 
 
 @pytest.mark.parametrize("kind", ["llamacpp", "vllm", "sglang"])
