@@ -25,10 +25,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -121,10 +121,38 @@ def _killed_by(exit_code: int, stderr: str, oom: bool) -> str | None:
     return None
 
 
-def _read_capped(f: IO[bytes], cap: int) -> tuple[str, bool]:
-    f.seek(0)
-    data = f.read(cap + 1)
-    return data[:cap].decode("utf-8", "replace"), len(data) > cap
+class _CappedDrain:
+    """Reads one of the code's output streams to its end on a thread of its own, keeping the first
+    `cap` bytes and discarding the rest, so the code never blocks on a full buffer and a flood costs
+    no memory."""
+
+    def __init__(self, sock: socket.socket, cap: int) -> None:
+        self._sock, self._cap = sock, cap
+        self._chunks: list[bytes] = []
+        self._kept = 0
+        self.truncated = False
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        try:
+            while chunk := self._sock.recv(65536):
+                room = self._cap - self._kept
+                if len(chunk) > room:
+                    self.truncated = True
+                    chunk = chunk[:room]
+                if chunk:
+                    self._chunks.append(chunk)
+                    self._kept += len(chunk)
+        except OSError:
+            pass
+        finally:
+            self._sock.close()
+
+    def text(self, timeout: float) -> str:
+        """What was kept, once every writer has closed its end (or after `timeout`)."""
+        self._thread.join(timeout)
+        return b"".join(self._chunks[:]).decode("utf-8", "replace")
 
 
 def _json_documents(text: str) -> dict[str, object]:
@@ -278,35 +306,48 @@ class SubprocessSandbox:
         argv = [sys.executable, "-I", "-S", str(BOOT), json.dumps(spec), "--",
                 *bwrap, "--json-status-fd", str(status_w), "--", python, "-I", "-S", f"{SCRATCH}/{script}", *args]
         started = time.monotonic()
-        # Unnamed files: nothing is left on the host if the gateway is killed mid-run.
-        with tempfile.TemporaryFile() as fout, tempfile.TemporaryFile() as ferr:
-            try:
-                # stdin is a pipe, not a file: what the code reads is gone, and cannot be read again
-                # through /proc/<pid>/fd/0 (the check runner's nonce and checks travel on it).
-                proc = subprocess.Popen(argv, cwd="/", stdin=subprocess.PIPE, stdout=fout, stderr=ferr, env={},
-                                        pass_fds=(*fds, status_w), start_new_session=True)
-            finally:
-                os.close(status_w)
-            assert proc.stdin is not None
-            feeder = threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True)
-            feeder.start()
-            timed_out = False
-            try:
-                proc.wait(timeout=lim.wall_seconds)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            duration = time.monotonic() - started
-            feeder.join(timeout=5)
-            oom = cgroup.oom_killed() if cgroup else False
-            if cgroup is not None:
-                cgroup.kill_all()
-            stdout, cut_out = _read_capped(fout, lim.output_bytes)
-            stderr, cut_err = _read_capped(ferr, lim.output_bytes)
+        # Sockets, not files: nothing is left on the host if the gateway is killed mid-run, and the
+        # code holds only a sending end, which it cannot seek, read back, or reopen through
+        # /proc/self/fd (a pipe's write end could be reopened for reading).
+        out_r, out_w = socket.socketpair()
+        err_r, err_w = socket.socketpair()
+        try:
+            for end in (out_w, err_w):
+                end.shutdown(socket.SHUT_RD)
+            # stdin is a pipe, not a file: what the code reads is gone, and cannot be read again
+            # through /proc/<pid>/fd/0 (the check runner's nonce and checks travel on it).
+            proc = subprocess.Popen(argv, cwd="/", stdin=subprocess.PIPE, stdout=out_w.fileno(),
+                                    stderr=err_w.fileno(), env={}, pass_fds=(*fds, status_w),
+                                    start_new_session=True)
+        except BaseException:
+            out_r.close()
+            err_r.close()
+            raise
+        finally:
+            os.close(status_w)
+            out_w.close()
+            err_w.close()
+        drains = (_CappedDrain(out_r, lim.output_bytes), _CappedDrain(err_r, lim.output_bytes))
+        assert proc.stdin is not None
+        feeder = threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True)
+        feeder.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=lim.wall_seconds)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        duration = time.monotonic() - started
+        feeder.join(timeout=5)
+        oom = cgroup.oom_killed() if cgroup else False
+        if cgroup is not None:
+            cgroup.kill_all()
+        # Every process of the run is gone with bwrap's PID namespace, so the streams end now.
+        stdout, stderr = (d.text(timeout=5) for d in drains)
         with os.fdopen(status_r, "rb") as f:
             status = _json_documents(f.read().decode("utf-8", "replace"))
-        truncated = cut_out or cut_err
+        truncated = drains[0].truncated or drains[1].truncated
         if "child-pid" not in status or (status.get("exit-code") == 1 and stderr.startswith("bwrap: ")):
             raise SandboxUnavailable(f"the sandbox could not start (exit {proc.returncode}): {stderr.strip()[-500:]}")
         if timed_out or "exit-code" not in status:

@@ -7,6 +7,13 @@ more that Flatpak's and Docker's profiles deny too. They fail with EPERM; `clone
 (its flags sit in memory a filter cannot read), so libc falls back to `clone`, whose namespace flags
 the filter does see. A call from another architecture (32-bit `int 0x80`, x32) kills the process:
 libseccomp's default for foreign architectures.
+
+The standard streams cannot be replaced or freed: `dup2`/`dup3` onto fd 0, 1 or 2 and `close` or
+`close_range` starting at one of them fail with EPERM (io_uring, which could close them without a
+syscall the filter sees, is denied). The check runner prints the results on fd 1, to a socket the
+gateway drains, so the solution cannot put its own pipe in between and rewrite them. With 0-2
+always open, `fcntl(F_DUPFD)` can only hand out 3 and above. A subprocess with redirected stdio
+therefore fails inside the sandbox (its child would `dup2` onto 0-2).
 """
 
 from __future__ import annotations
@@ -23,7 +30,11 @@ DENIED = (
     "mount_setattr", "open_by_handle_at", "name_to_handle_at", "process_vm_readv", "process_vm_writev",
     "perf_event_open", "userfaultfd", "swapon", "swapoff", "reboot", "syslog", "acct", "quotactl",
     "iopl", "ioperm", "uselib", "lookup_dcookie", "vhangup",
+    "io_uring_setup", "io_uring_enter", "io_uring_register",
 )
+STANDARD_FDS = (0, 1, 2)
+# (syscall, argument index) of the fd that would be replaced or freed; fds are 32-bit in the kernel.
+FD_REPLACING = (("dup2", 1), ("dup3", 1), ("close", 0), ("close_range", 0))
 CLONE_NAMESPACE_FLAGS = (
     0x00020000,  # CLONE_NEWNS
     0x02000000,  # CLONE_NEWCGROUP
@@ -45,6 +56,9 @@ def build_filter() -> pyseccomp.SyscallFilter:
     for flag in CLONE_NAMESPACE_FLAGS:
         f.add_rule(eperm, "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, flag, flag))
     f.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")
+    for name, arg in FD_REPLACING:
+        for fd in STANDARD_FDS:
+            f.add_rule(eperm, name, pyseccomp.Arg(arg, pyseccomp.MASKED_EQ, 0xFFFFFFFF, fd))
     for request in (TIOCSTI, TIOCLINUX):
         f.add_rule(eperm, "ioctl", pyseccomp.Arg(1, pyseccomp.MASKED_EQ, 0xFFFFFFFF, request))
     return f

@@ -194,6 +194,53 @@ FORGE_FROM_FRAMES = (
     '    print(nonce, "done", 1, "0.0", b"done".hex(), "-", flush=True)\n'
     '    os._exit(0)\n'
 )
+# Swaps its own pipe in for stdout: a thread reads each result line (and so the nonce), sets it to
+# passing and forwards it to the real stdout.
+REDIRECT_STDOUT = r'''import os, threading
+_r, _w = os.pipe()
+_real = os.dup(1)
+os.dup2(_w, 1)
+os.close(_w)
+def _pump():
+    buf = b""
+    while True:
+        d = os.read(_r, 65536)
+        if not d:
+            return
+        buf += d
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            f = line.split(b" ")
+            if len(f) == 6:
+                f[2] = b"1"; f[5] = b"-"
+                line = b" ".join(f)
+            os.write(_real, line + b"\n")
+            if len(f) == 6 and f[1] == b"done":
+                return
+threading.Thread(target=_pump).start()
+'''
+# Reads back what the runner wrote to stdout (pread at offset 0) and writes it over as passing,
+# once the last line is there; a non-daemon thread outlives the runner's main().
+REWRITE_STDOUT = r'''import os, threading, time
+def _rewrite():
+    while True:
+        lines = os.pread(1, 1 << 20, 0).split(b"\n")
+        if any(len(l.split(b" ")) == 6 and l.split(b" ")[1] == b"done" for l in lines):
+            break
+        time.sleep(0.005)
+    out = []
+    for line in lines:
+        f = line.split(b" ")
+        if len(f) == 6:
+            f[2] = b"1"; f[5] = b"-"
+        out.append(b" ".join(f))
+    new = b"\n".join(out)
+    os.pwrite(1, new, 0)
+    os.ftruncate(1, len(new))
+threading.Thread(target=_rewrite).start()
+'''
+# Frees fd 1 so that its own pipe's write end takes the lowest free number, then as above.
+CLOSE_STDOUT = REDIRECT_STDOUT.replace("os.dup2(_w, 1)\nos.close(_w)", "os.close(1)\nassert os.dup(_w) == 1\nos.close(_w)")
 # Each reaches for the grading from inside the solution's process, at import or when first called.
 ATTACKS = {
     "patch the runner": 'import sys\nrunner = sys.modules["__main__"]\nfor name in list(vars(runner)):\n'
@@ -217,6 +264,9 @@ ATTACKS = {
                                   '    try:\n        s = make()\n        break\n    except Exception:\n        s = None\n'
                                   'if s is not None:\n    import os\n'
                                   '    s.signal(s.SIGUSR1, lambda sig, frame: _forge(frame))\n    os.kill(os.getpid(), s.SIGUSR1)\n',
+    "redirect stdout through a pipe": REDIRECT_STDOUT,
+    "close stdout and take its number": CLOSE_STDOUT,
+    "read back and rewrite stdout": REWRITE_STDOUT,
     "re-read stdin": 'import os\nfor path in ("/proc/self/fd/0", "/proc/1/fd/0"):\n    try:\n        nonce = open(path).readline().strip()\n'
                      '    except OSError:\n        continue\n    if nonce:\n'
                      '        print(nonce, "done", 1, "0.0", b"done".hex(), "-", flush=True)\n        os._exit(0)\n',
