@@ -11,7 +11,8 @@ What the code gets, as root and as an unprivileged user alike:
   in `/sandbox`, a private tmpfs of `scratch_bytes` that is the only writable place;
 - memory, pids and CPU limits from a cgroup (`probes.agent.cgroup`) where the host offers one, and
   rlimits (address space, processes, CPU seconds, file size, open files) in any case;
-- an empty environment, `python -I -S`, a wall-clock timeout, size-capped output, and death with
+- an empty environment, `python -I -S`, a wall-clock timeout, size-capped output on sockets the
+  parent drains (fds 0-2 cannot be replaced: see `probes.agent.seccomp`), and death with
   the parent (`--die-with-parent`; the PID namespace takes every process of the run with it).
 
 `Sandbox` is the interface; `SubprocessSandbox` the implementation; `probes.agent.fake_sandbox`

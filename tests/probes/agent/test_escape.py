@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.probes.agent.conftest import solution
+from tests.probes.agent.test_grader import ATTACKS, WRONG
 
 REPO = Path(__file__).resolve().parents[3]
 HARNESS = Path(__file__).with_name("gateway_harness.py")
@@ -427,3 +428,17 @@ def test_a_correct_solution_still_passes(gateway: Gateway) -> None:
     out, err = finish(proc)
     assert proc.returncode == 0, err
     assert json.loads(out) == {"passed": True, "stage": "passed", "reason": None}
+
+
+STDOUT_ATTACKS = ("redirect stdout through a pipe", "close stdout and take its number", "read back and rewrite stdout",
+                  "reopen stdout and rewrite it")
+
+
+@pytest.mark.parametrize("attack", STDOUT_ATTACKS)
+def test_the_result_stream_cannot_be_rewritten(gateway: Gateway, attack: str) -> None:
+    # As the gateway's user too: what fd 1 is (file, pipe, socket) decides whether it reopens.
+    proc = gateway.start({"grade": "roman", "source": ATTACKS[attack] + WRONG})
+    out, err = finish(proc)
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    assert result["passed"] is False and result["stage"] in ("run", "behaviour"), result

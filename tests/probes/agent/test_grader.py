@@ -228,17 +228,24 @@ def _rewrite():
         if any(len(l.split(b" ")) == 6 and l.split(b" ")[1] == b"done" for l in lines):
             break
         time.sleep(0.005)
-    out = []
+    forged = []
     for line in lines:
         f = line.split(b" ")
         if len(f) == 6:
             f[2] = b"1"; f[5] = b"-"
-        out.append(b" ".join(f))
-    new = b"\n".join(out)
+        forged.append(b" ".join(f))
+    new = b"\n".join(forged)
     os.pwrite(1, new, 0)
     os.ftruncate(1, len(new))
 threading.Thread(target=_rewrite).start()
 '''
+# The same through a second open file description: /dev/stdout is /proc/self/fd/1, a path the audit
+# hook lets through. A file (or, for a gateway that is not root, a pipe) reopens; a socket does not.
+REOPEN_STDOUT = (REWRITE_STDOUT.replace("    while True:\n", "    out = open(\"/dev/stdout\", \"r+b\", buffering=0)\n    while True:\n")
+                 .replace("os.pread(1, 1 << 20, 0)", "(out.seek(0), out.read())[1]")
+                 .replace("    os.pwrite(1, new, 0)\n    os.ftruncate(1, len(new))\n",
+                          "    out.seek(0)\n    out.write(new)\n    out.truncate()\n"))
+assert "pread" not in REOPEN_STDOUT and "pwrite" not in REOPEN_STDOUT
 # Frees fd 1 so that its own pipe's write end takes the lowest free number, then as above.
 CLOSE_STDOUT = REDIRECT_STDOUT.replace("os.dup2(_w, 1)\nos.close(_w)", "os.close(1)\nassert os.dup(_w) == 1\nos.close(_w)")
 # Each reaches for the grading from inside the solution's process, at import or when first called.
@@ -267,6 +274,7 @@ ATTACKS = {
     "redirect stdout through a pipe": REDIRECT_STDOUT,
     "close stdout and take its number": CLOSE_STDOUT,
     "read back and rewrite stdout": REWRITE_STDOUT,
+    "reopen stdout and rewrite it": REOPEN_STDOUT,
     "re-read stdin": 'import os\nfor path in ("/proc/self/fd/0", "/proc/1/fd/0"):\n    try:\n        nonce = open(path).readline().strip()\n'
                      '    except OSError:\n        continue\n    if nonce:\n'
                      '        print(nonce, "done", 1, "0.0", b"done".hex(), "-", flush=True)\n        os._exit(0)\n',
