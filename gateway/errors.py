@@ -201,6 +201,9 @@ class ProviderResponseTooLarge(ProviderError):
     """The answer (decoded) or its headers passed `upstream.limits`: asking again will not shrink it."""
 
     code = "upstream_response_too_large"
+    public_message = (
+        "The upstream provider's answer is larger than the gateway accepts (upstream.limits.max_response_bytes)."
+    )
     retryable = False
     fallback = False
     counts_against_endpoint = False

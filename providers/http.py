@@ -15,6 +15,7 @@ closed) is sent once more on another connection.
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -97,7 +98,7 @@ class AiohttpClient:
                         resp = await self._session.request(
                             request.method,
                             request.url,
-                            data=request.body or None,
+                            data=_payload(request.body),
                             headers=request.headers,
                             timeout=timeout,
                             allow_redirects=False,
@@ -254,3 +255,14 @@ def _bad_response(exc: aiohttp.ClientResponseError, endpoint_id: str) -> Provide
 def _describe(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0][:200]
+
+
+# aiohttp warns past 1 MiB of raw bytes (its writer would send them in one go); a BytesIO goes out
+# in chunks with the event loop let in between. Made afresh per send: aiohttp closes it when done.
+_LARGE_BODY = 1 << 20
+
+
+def _payload(body: bytes) -> bytes | io.BytesIO | None:
+    if not body:
+        return None
+    return io.BytesIO(body) if len(body) > _LARGE_BODY else body

@@ -147,3 +147,22 @@ async def test_a_gzip_bomb_is_refused_at_the_limit_not_by_memory(make_client: Ma
     assert peak < 8 * limit, f"decoding peaked at {peak / MiB:.0f} MiB for a {limit / MiB:.0f} MiB limit"
     # Loopback socket buffers hold a few MiB of it unread; the point is that the client hung up.
     assert sent < 10 * 1024, "the client read the whole bomb"
+
+
+@pytest.mark.parametrize("size", [MiB + 1, 16 * MiB], ids=lambda s: f"{s}B")
+async def test_large_request_bodies_go_out_whole_and_sized(client: HTTPClient, size: int) -> None:
+    """A big embeddings batch upstream: sent whole with its content-length, and without the
+    client warning that it blocks the loop (tests turn warnings into errors)."""
+    body = payload(size)
+
+    async def answer(conn: Conn, head: Head) -> None:
+        await conn.respond(b'{"n": %d}' % len(head.body), headers={"content-type": "application/json"})
+
+    async with RawServer(keep_serving(answer)) as server:
+        request = post(server.url())
+        request = type(request)(request.method, request.url, request.headers, body, False)
+        resp = await client.send(request, SLOW_OK, "e")
+        assert resp.status == 200
+        assert await resp.read() == b'{"n": %d}' % size
+        (head,) = server.requests
+        assert head.headers["content-length"] == str(size) and head.body == body
