@@ -39,7 +39,11 @@ ADMIN_KEY = "sk-admin-tools-0001"
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
 KEYS = {"team-a": "sk-team-a-000001", "team-b": "sk-team-b-000002"}
 BAD, GOOD = "tb/corrupt", "tb/honest"
-CORRUPTION = {"tool_corruption": {"rate": 0.1}, "seed": 3}
+# The one confirmation run an alarm starts must find the fault: a clean pass holds the next one off
+# for the cooldown (an hour). Over the whole suite (100 cases with calls) the run fails from 3 bad
+# responses on, so at 20% it misses with P(Binomial(100, 0.2) <= 2) < 1e-7; 40 sampled cases
+# at 10% (about 34 calls, one bad response passes) missed 8% of the time.
+CORRUPTION = {"tool_corruption": {"rate": 0.2}, "seed": 3}
 
 
 def auth(team: str) -> dict[str, str]:
@@ -61,7 +65,8 @@ def gateway_settings(testbed_root: str, **extra: Any) -> Settings:
              "context_window": 2_000_000},
         ],
         # Every response checked (the bound on waiting checks has its own test): counts are exact.
-        probes={"toolcalls": {"cases": 40}, "tool_monitor": {"max_pending": 10_000}},
+        # The whole suite per run: the power the confirmation needs (CORRUPTION).
+        probes={"toolcalls": {"cases": None}, "tool_monitor": {"max_pending": 10_000}},
         **extra,
     )
 
@@ -110,7 +115,7 @@ def test_real_corruption_is_confirmed_by_the_active_suite(gateway: str) -> None:
     with httpx.Client(base_url=gateway, timeout=10) as client:
         sent = 0
         while states(client)[BAD]["state"] == "healthy":
-            assert sent < 300, "the corruption was never confirmed"
+            assert sent < 300, f"the corruption was never confirmed: {series(client, 'gateway_probe_runs_total')}"
             chat(client, "tools-bad", "team-a" if sent % 2 else "team-b")
             chat(client, "tools-good", "team-a" if sent % 2 else "team-b")
             sent += 1
