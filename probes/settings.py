@@ -113,6 +113,9 @@ class ToolMonitorSettings(_Frozen):
     min_keys: int = Field(2, ge=1)
     # Seconds between the active confirmations alarms may start on one endpoint.
     confirm_cooldown: float = Field(3600.0, ge=0)
+    # ...or this many after one that reached no verdict (it raised, or every probe in it came back
+    # error/inconclusive): such a run said nothing, so it must not hold off a real confirmation.
+    confirm_retry: float = Field(300.0, ge=0)
 
 
 class ProbeSettings(_Frozen):

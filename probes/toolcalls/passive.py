@@ -51,6 +51,7 @@ class EndpointToolStats:
     statistic: float = 0.0  # the CUSUM now
     bad_keys: set[str] = field(default_factory=set)  # keys that added a bad step since it was last zero
     last_confirm: float | None = None
+    last_confirm_concluded: bool = True  # False: that run reached no verdict, retry sooner
     since_alarm: Counter[str] = field(default_factory=Counter)  # counts by class since the last alarm
     totals: Counter[str] = field(default_factory=Counter)
 
@@ -162,25 +163,32 @@ class ToolCallMonitor:
             why = f"the endpoint is {'pinned' if entry.manual else 'demoted'}"
         elif endpoint_id in self._confirming:
             why = "a confirmation is running"
-        elif stats.last_confirm is not None and now - stats.last_confirm < self.settings.confirm_cooldown:
+        elif stats.last_confirm is not None and now - stats.last_confirm < self._cooldown(stats):
             why = "the last confirmation was too recent"
         if why is not None:
             log.warning("tool-call CUSUM alarm on %s (%s); no confirmation: %s", endpoint_id, counts, why)
             return
         log.warning("tool-call CUSUM alarm on %s (%s): running the tool-call suite to confirm", endpoint_id, counts)
         stats.last_confirm = now
+        stats.last_confirm_concluded = True
         stats.confirmations += 1
         self._confirming.add(endpoint_id)
-        self._spawn(self._confirm(endpoint_id))
+        self._spawn(self._confirm(endpoint_id, stats))
 
-    async def _confirm(self, endpoint_id: str) -> None:
+    def _cooldown(self, stats: EndpointToolStats) -> float:
+        s = self.settings
+        return s.confirm_cooldown if stats.last_confirm_concluded else min(s.confirm_retry, s.confirm_cooldown)
+
+    async def _confirm(self, endpoint_id: str, stats: EndpointToolStats) -> None:
         assert self.confirm is not None
+        concluded = False
         try:
-            await self.confirm(endpoint_id)
+            concluded = reached_a_verdict(await self.confirm(endpoint_id))
         except Exception:
             log.exception("tool-call monitor: the confirmation run on %s failed", endpoint_id)
         finally:
             self._confirming.discard(endpoint_id)
+            stats.last_confirm_concluded = concluded
 
     def _spawn(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
@@ -216,3 +224,12 @@ class ToolCallMonitor:
             task.cancel()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
         await self._checker.aclose()
+
+
+def reached_a_verdict(report: object) -> bool:
+    """Whether a confirmation run (the runner's RunReport) judged the endpoint: some probe in it
+    passed or failed. A run that only errored or was inconclusive says nothing either way."""
+    rounds = getattr(report, "rounds", None)
+    if rounds is None:
+        return True  # a confirm callable that reports nothing: take it as done
+    return any(r.verdict in ("pass", "fail") for rnd in rounds for r in rnd.results)

@@ -227,3 +227,39 @@ async def test_a_classification_failure_never_reaches_the_request(caplog: Any) -
     ctx.tool_trace, ctx.endpoint_id = Exploding(), "ep-1"
     mon.finished(ctx)  # logged, not raised
     assert ctx.tool_trace is None and "could not read" in caplog.text
+
+
+async def test_a_confirmation_that_reached_no_verdict_holds_off_the_next_only_briefly() -> None:
+    from types import SimpleNamespace
+
+    verdicts = ["error", "pass"]  # the first run could not judge (its upstream failed); the second did
+    confirmed: list[str] = []
+
+    async def confirm(endpoint_id: str) -> object:
+        confirmed.append(endpoint_id)
+        result = SimpleNamespace(verdict=verdicts[len(confirmed) - 1])
+        return SimpleNamespace(rounds=[SimpleNamespace(results=[result])])
+
+    now = [1_700_000_000.0]
+    mon = ToolCallMonitor(
+        HealthStates(), HealthSettings(), wall=lambda: now[0],
+        monitor=ToolMonitorSettings(confirm_cooldown=600, confirm_retry=30), confirm=confirm,
+    )
+
+    async def alarm(tag: str) -> None:
+        for key in (f"{tag}-a", f"{tag}-b"):
+            ctx = RequestContext("r", "chat", 0.0, key_name=key, body={"model": "m", **REQUEST})
+            mon.start(ctx)
+            ctx.tool_trace.feed_body(BAD)
+            ctx.endpoint_id = "ep-1"
+            mon.finished(ctx)
+            await mon.settle()
+
+    await alarm("one")
+    assert confirmed == ["ep-1"]
+    now[0] += 60  # past confirm_retry, well within the cooldown: the errored run said nothing
+    await alarm("two")
+    assert confirmed == ["ep-1", "ep-1"]
+    now[0] += 60  # the second run judged the endpoint: now the full cooldown holds
+    await alarm("three")
+    assert confirmed == ["ep-1", "ep-1"] and mon.stats("ep-1").alarms == 3
