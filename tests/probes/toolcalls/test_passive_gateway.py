@@ -187,12 +187,22 @@ class SilentSocket:
             n += 1
 
 
+@pytest.fixture
+def silent() -> Iterator[SilentSocket]:
+    """Closed in teardown, so a test that fails midway leaves no listener for GC to close later
+    (its ResourceWarning would then fail whichever test happens to run at that moment)."""
+    sock = SilentSocket()
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
 def tool(parameters: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"type": "function", "function": {"name": "get_weather", "parameters": parameters}}]
 
 
-def test_hostile_schemas_never_stall_the_gateway(gateway: str) -> None:
-    silent = SilentSocket()
+def test_hostile_schemas_never_stall_the_gateway(gateway: str, silent: SilentSocket) -> None:
     big = {"type": "object", "properties": {f"p{i:05d}": {"type": "string", "description": "x" * 40} for i in range(17_000)}}
     assert len(orjson.dumps(big)) > 1_200_000
     hostile = [
@@ -217,7 +227,6 @@ def test_hostile_schemas_never_stall_the_gateway(gateway: str) -> None:
         calls = series(client, "gateway_tool_calls_total")
         current = states(client)[GOOD]
     reached = silent.connections()
-    silent.close()
     # 100 ms, or 3x what benign requests cost on a machine loaded past that: the old code blocked
     # the loop for as long as the silent socket kept the connection (forever) or the schema ran.
     bound = max(0.1, 3 * max(baseline))

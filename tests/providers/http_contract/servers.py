@@ -101,12 +101,16 @@ class RawServer:
         self.port = 0
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
 
     def url(self, path: str = "/v1/x", host: str | None = None) -> str:
         scheme = "https" if self._tls else "http"
         return f"{scheme}://{host or self._host}:{self.port}{path}"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._closing:  # accepted just before shutdown: its task starts after the others were cancelled
+            writer.close()
+            return
         index = self.accepted
         self.accepted += 1
         self.open += 1
@@ -118,6 +122,11 @@ class RawServer:
             await self._handler(Conn(self, reader, writer, index))
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
             pass
+        except asyncio.CancelledError:
+            # Our own shutdown: end normally, as asyncio (3.11) logs a cancelled connection task's
+            # CancelledError as "Exception in callback". Any other cancellation propagates.
+            if not self._closing:
+                raise
         finally:
             self._tasks.discard(task)
             self.open -= 1
@@ -132,6 +141,7 @@ class RawServer:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
+        self._closing = True
         self._server.close()
         for task in list(self._tasks):
             task.cancel()
@@ -168,6 +178,7 @@ class ConnectProxy:
         self.port = 0
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
 
     def url(self, credentials: tuple[str, str] | None = None) -> str:
         userinfo = f"{credentials[0]}:{credentials[1]}@" if credentials else ""
@@ -186,6 +197,9 @@ class ConnectProxy:
             writer.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._closing:
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
@@ -219,9 +233,14 @@ class ConnectProxy:
             await asyncio.gather(self._pipe(reader, up_writer, True), self._pipe(up_reader, writer, False))
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
+        except asyncio.CancelledError:
+            if not self._closing:  # see RawServer._serve
+                raise
         finally:
             self._tasks.discard(task)
             writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
 
     async def __aenter__(self) -> ConnectProxy:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -230,6 +249,7 @@ class ConnectProxy:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
+        self._closing = True
         self._server.close()
         for task in list(self._tasks):
             task.cancel()
