@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from gateway.health_states import HealthStates
@@ -135,6 +135,18 @@ async def test_bad_responses_from_two_keys_start_a_confirmation_and_move_no_stat
     assert health.state("ep-2") == "healthy" and mon.stats("ep-2").responses == 0
 
 
+async def bad_from_two_keys(mon: ToolCallMonitor, tag: str, wait: Callable[[], Awaitable[None]]) -> None:
+    """One bad response on ep-1 from each of two keys: enough for an alarm."""
+    for key in (f"{tag}-a", f"{tag}-b"):
+        ctx = RequestContext("r", "chat", 0.0, key_name=key, body={"model": "m", **REQUEST})
+        mon.start(ctx)
+        assert ctx.tool_trace is not None
+        ctx.tool_trace.feed_body(BAD)
+        ctx.endpoint_id = "ep-1"
+        mon.finished(ctx)
+        await wait()
+
+
 async def test_one_confirmation_at_a_time_and_a_cooldown_between_them() -> None:
     health, rec = HealthStates(), Recorder()
     rec.release.clear()  # the first confirmation keeps running
@@ -144,14 +156,8 @@ async def test_one_confirmation_at_a_time_and_a_cooldown_between_them() -> None:
         confirm=rec.confirm,
     )
 
-    async def alarm(tag: str) -> None:
-        for key in (f"{tag}-a", f"{tag}-b"):
-            ctx = RequestContext("r", "chat", 0.0, key_name=key, body={"model": "m", **REQUEST})
-            mon.start(ctx)
-            ctx.tool_trace.feed_body(BAD)
-            ctx.endpoint_id = "ep-1"
-            mon.finished(ctx)
-            await asyncio.sleep(0.01)
+    async def alarm(tag: str) -> None:  # the first confirmation blocks: settle() would wait for it
+        await bad_from_two_keys(mon, tag, lambda: asyncio.sleep(0.01))
 
     await alarm("one")
     assert rec.confirmed == ["ep-1"]
@@ -247,13 +253,7 @@ async def test_a_confirmation_that_reached_no_verdict_holds_off_the_next_only_br
     )
 
     async def alarm(tag: str) -> None:
-        for key in (f"{tag}-a", f"{tag}-b"):
-            ctx = RequestContext("r", "chat", 0.0, key_name=key, body={"model": "m", **REQUEST})
-            mon.start(ctx)
-            ctx.tool_trace.feed_body(BAD)
-            ctx.endpoint_id = "ep-1"
-            mon.finished(ctx)
-            await mon.settle()
+        await bad_from_two_keys(mon, tag, mon.settle)
 
     await alarm("one")
     assert confirmed == ["ep-1"]
