@@ -1,0 +1,128 @@
+"""Attacks on the grading itself, from a wrong solution, in the real sandbox: each reaches past the
+Python-level hardening (memory of its own process, interpreter state, the stream its results would
+travel on, values that compare equal to anything). Each must be graded as failing, and no check
+may pass for it that a wrong answer cannot pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from probes.agent.grader import grade
+from probes.agent.sandbox import SubprocessSandbox
+from probes.agent.tasks import tasks_named
+from tests.probes.agent.test_grader import WRONG
+
+# Reads every readable mapping of its own process through a path the audit hook does not refuse
+# (`/dev/fd/..` is `/proc/self`), finds candidate nonces and the hidden checks' names in it, and
+# prints a passing line for every check under each candidate.
+READ_OWN_MEMORY = r'''import os, re
+def _forge(path):
+    maps = open(path + "/maps").read().splitlines()
+    mem = open(path + "/mem", "rb", buffering=0)
+    nonces, names = set(), set()
+    for line in maps:
+        fields = line.split()
+        if "r" not in fields[1] or (len(fields) > 5 and fields[5] in ("[vvar]", "[vsyscall]", "[vdso]")):
+            continue
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        try:
+            mem.seek(start)
+            chunk = mem.read(end - start)
+        except (OSError, OverflowError, ValueError):
+            continue
+        nonces.update(re.findall(rb"(?<![0-9a-f])([0-9a-f]{32})(?=\x00|\n)", chunk))
+        names.update(re.findall(rb"^def (smoke|behaviour_\w+|test_\w+)\(m\):", chunk, re.M))
+    for nonce in nonces:
+        nonce = nonce.decode()
+        print(nonce, "import", 1, "0.0", b"import".hex(), "-", flush=True)
+        for name in sorted(n.decode() for n in names):
+            kind = "smoke" if name == "smoke" else "behaviour" if name.startswith("behaviour_") else "test"
+            print(nonce, kind, 1, "0.0", name.removeprefix("behaviour_").encode().hex(), "-", flush=True)
+        print(nonce, "done", 1, "0.0", b"done".hex(), "-", flush=True)
+    os._exit(0)
+_forge(PATH)
+'''
+
+# Patches the stream its results are written on, at import time, from Python alone: its own codec
+# on stdout rewrites every result line to "passed" as it is encoded.
+CODEC_ON_STDOUT = r'''import codecs, sys
+def _rewrite(text):
+    out = []
+    for line in text.split("\n"):
+        f = line.split(" ")
+        if len(f) == 6 and len(f[0]) == 32:
+            f[2], f[5] = "1", "-"
+        out.append(" ".join(f))
+    return "\n".join(out).encode()
+class _Encoder(codecs.IncrementalEncoder):
+    def encode(self, text, final=False):
+        return _rewrite(text)
+def _search(name):
+    if name == "forge":
+        return codecs.CodecInfo(lambda s, errors="strict": (_rewrite(s), len(s)),
+                                lambda b, errors="strict": (bytes(b).decode(), len(b)),
+                                incrementalencoder=_Encoder, name="forge")
+    return None
+codecs.register(_search)
+sys.stdout.reconfigure(encoding="forge")
+'''
+
+# Patches the interpreter's state at import time by writing its own memory: the `False` object's
+# integer value becomes 1 (3.11: ob_size; 3.12+: lv_tag, with the same offsets), so `f"{ok:d}"`
+# prints 1 for every failed check, while `False` stays falsy and itself everywhere else.
+FALSE_IS_ONE = r'''import struct
+with open("/dev/fd/../mem", "r+b", buffering=0) as _mem:
+    _mem.seek(id(False) + 16)
+    _mem.write(struct.pack("<q", 1 if __import__("sys").version_info < (3, 12) else 8))
+    _mem.seek(id(False) + 24)
+    _mem.write(struct.pack("<I", 1))
+'''
+
+# A wrong INI parser: it validates lines (and names the bad one) but parses nothing, and answers
+# with an object whose __eq__ says yes to whatever the checks compare it with.
+EQUALS_ANYTHING = '''
+class _Anything:
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = object.__hash__
+
+
+def parse_ini(text):
+    for number, raw in enumerate(text.split("\\n"), 1):
+        line = raw.strip()
+        if not line or line.startswith((";", "#")):
+            continue
+        if line.startswith("["):
+            if line.endswith("]") and line[1:-1].strip():
+                continue
+        elif "=" in line and line.split("=", 1)[0].strip():
+            continue
+        raise ValueError(f"line {number}: not a section or a key = value pair")
+    return _Anything()
+'''
+
+ATTACKS = {
+    "read the nonce and checks from its own memory (/dev/fd/../mem)":
+        ("roman", READ_OWN_MEMORY.replace("PATH", '"/dev/fd/.."') + WRONG),
+    "read the nonce and checks from its own memory (chdir /proc, self/mem)":
+        ("roman", READ_OWN_MEMORY.replace("_forge(PATH)", 'os.chdir("/proc")\n_forge("self")') + WRONG),
+    "rewrite its results through its own codec on stdout": ("roman", CODEC_ON_STDOUT + WRONG),
+    "make False format as 1 by writing its own memory": ("roman", FALSE_IS_ONE + WRONG),
+    "answer with an object that equals anything": ("ini", EQUALS_ANYTHING),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_a_wrong_solution_cannot_forge_a_pass(attack: str, sandbox: SubprocessSandbox) -> None:
+    name, source = ATTACKS[attack]
+    (task,) = tasks_named([name])
+    result = grade(task, {task.filename: source}, sandbox)
+    assert not result.passed, result
+    # Only checks a wrong answer can pass may pass: for roman's WRONG none, for the INI validator
+    # only those about rejecting malformed input.
+    passed = {c.name for c in result.checks if c.ok and c.kind == "test"}
+    assert passed <= {"test_error_line_number", "test_errors"}, (passed, result)
