@@ -126,3 +126,34 @@ def test_a_wrong_solution_cannot_forge_a_pass(attack: str, sandbox: SubprocessSa
     # only those about rejecting malformed input.
     passed = {c.name for c in result.checks if c.ok and c.kind == "test"}
     assert passed <= {"test_error_line_number", "test_errors"}, (passed, result)
+
+
+# The solution's side of the link is the solution's to change: these change it, and the judge must
+# end the link (every check after fails) quickly, without believing or crashing on what it got.
+HOSTILE_ANSWERS = {
+    "answer 100,000 levels deep": 'import sys\n_d = sys.modules["__main__"]\n'
+                                  '_d.json.dumps = lambda *a, **k: "[" * 100000 + "]" * 100000\n',
+    "answer with a line longer than the cap": 'import sys\n_d = sys.modules["__main__"]\n'
+                                              '_d.json.dumps = lambda *a, **k: "[" + "1," * 2000000 + "1]"\n',
+    "answer with an unknown tag": 'import sys\n_d = sys.modules["__main__"]\n_real = _d.json.dumps\n'
+                                  '_d.json.dumps = lambda r, **k: _real({"id": r["id"], "ok": {"pickle": "x"}})\n',
+    "answer out of turn": 'import sys\n_d = sys.modules["__main__"]\n_real = _d.json.dumps\n'
+                          '_d.json.dumps = lambda r, **k: _real({**r, "id": 12345})\n',
+    "ignore the alarm and never answer": 'import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n'
+                                        'def to_roman(n):\n    while True:\n        pass\n',
+}
+
+
+@pytest.mark.parametrize("attack", sorted(HOSTILE_ANSWERS))
+def test_hostile_answers_end_the_link(attack: str, sandbox: SubprocessSandbox) -> None:
+    (task,) = tasks_named(["roman"])
+    source = (WRONG + HOSTILE_ANSWERS[attack]) if "never answer" in attack else (HOSTILE_ANSWERS[attack] + WRONG)
+    result = grade(task, {task.filename: source}, sandbox)
+    assert not result.passed and result.stage == "run" and result.tests_passed == 0, result
+    if "never answer" in attack:
+        assert "longer than" in (result.reason or ""), result.reason
+    else:
+        assert "SolutionGone" in (result.reason or ""), result.reason
+    # Every check after the first is refused at once: the run is bounded by one check's time, not by
+    # the solution's wall clock (15 s) or one time limit per check.
+    assert result.details["seconds"] < task.limits.wall_seconds, result.details
