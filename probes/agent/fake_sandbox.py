@@ -33,7 +33,7 @@ class FakeSandbox:
 
     @classmethod
     def reporting(cls, checks: Sequence[tuple[str, str, bool]] | None, *, done: bool = True) -> FakeSandbox:
-        """Every run reports these (name, kind, ok) check results, as the check runner prints them;
+        """Every run reports these (name, kind, ok) check results, as the judge prints them;
         with None, every check of the checks source it is sent, all passing."""
 
         def handler(call: SandboxCall) -> SandboxResult:

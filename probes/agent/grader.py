@@ -71,7 +71,7 @@ def forbidden_uses(tree: ast.AST, calls: frozenset[str], imports: frozenset[str]
 
 
 def expected_checks(checks_source: str) -> list[tuple[str, str]]:
-    """(name as reported, kind) of every check the runner must report, read here, outside the sandbox."""
+    """(name as reported, kind) of every check the judge must report, read here, outside the sandboxes."""
     found = []
     for node in ast.parse(checks_source).body:
         if isinstance(node, ast.FunctionDef):

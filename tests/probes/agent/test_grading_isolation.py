@@ -152,6 +152,7 @@ def test_hostile_answers_end_the_link(attack: str, sandbox: SubprocessSandbox) -
     assert not result.passed and result.stage == "run" and result.tests_passed == 0, result
     if "never answer" in attack:
         assert "longer than" in (result.reason or ""), result.reason
+        assert result.details["killed_by"] == "stopped", result.details  # killed once the judge was done
     else:
         assert "SolutionGone" in (result.reason or ""), result.reason
     # Every check after the first is refused at once: the run is bounded by one check's time, not by

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -104,6 +105,29 @@ def test_timeout_leaves_no_process() -> None:
     assert result.timed_out and result.killed_by == "timeout" and result.exit_code is None
     time.sleep(0.2)
     assert survivors(marker) == []
+
+
+def test_stop_ends_the_run_and_leaves_no_process() -> None:
+    marker = "stop-marker"
+    stop = threading.Event()
+    threading.Timer(0.5, stop.set).start()
+    started = time.monotonic()
+    result = SubprocessSandbox(Limits(wall_seconds=30.0)).run(
+        {"main.py": "import time\nwhile True: time.sleep(0.1)"}, "main.py", args=(marker,), stop=stop)
+    assert result.killed_by == "stopped" and not result.timed_out and result.exit_code is None
+    assert time.monotonic() - started < 10.0  # the stop, not the 30 s wall clock
+    time.sleep(0.2)
+    assert survivors(marker) == []
+
+
+def test_passed_fds_reach_the_code_under_their_numbers() -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        code = "import socket, sys\ns = socket.socket(fileno=int(sys.argv[1]))\ns.sendall(s.recv(16)[::-1])\n"
+        ours.sendall(b"abc")
+        result = run(code, args=(str(theirs.fileno()),), pass_fds=(theirs.fileno(),))
+        assert result.ok, result.stderr
+        assert ours.recv(16) == b"cba"
 
 
 def test_stdin_reaches_the_code() -> None:
