@@ -5,9 +5,11 @@ may pass for it that a wrong answer cannot pass."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from probes.agent.grader import grade
+from probes.agent.grader import grade, run_checks
 from probes.agent.sandbox import SubprocessSandbox
 from probes.agent.tasks import tasks_named
 from tests.probes.agent.test_grader import WRONG
@@ -158,3 +160,28 @@ def test_hostile_answers_end_the_link(attack: str, sandbox: SubprocessSandbox) -
     # Every check after the first is refused at once: the run is bounded by one check's time, not by
     # the solution's wall clock (15 s) or one time limit per check.
     assert result.details["seconds"] < task.limits.wall_seconds, result.details
+
+
+# Writes every request the driver reads to its own stderr, where the test can read it afterwards.
+SPY = '''import sys
+_d = sys.modules["__main__"]
+_loads = _d.json.loads
+def _spy(line, **k):
+    sys.stderr.write(bytes(line).decode() if isinstance(line, (bytes, bytearray)) else line)
+    return _loads(line, **k)
+_d.json.loads = _spy
+'''
+
+
+def test_the_checks_never_reach_the_solution(sandbox: SubprocessSandbox) -> None:
+    (task,) = tasks_named(["calc"])
+    source = SPY + "def evaluate(expr):\n    return 0.0\n"
+    run = run_checks(task, source, "hidden", sandbox)
+    seen = run.solution.stderr
+    assert '"2 + 3 * 4"' in seen and not run.solution.truncated  # the spy saw the inputs, all of them
+    ops = {json.loads(line)["op"] for line in seen.splitlines()}
+    assert ops <= {"import", "get", "call", "calls"}, ops
+    # Neither the checks' source nor their expected values: 14.0 is what "2 + 3 * 4" must give.
+    assert not any(word in seen for word in ("def ", "assert", "_close", "14.0", "expected")), seen[:2000]
+    # A constant 0.0 is a float, and nothing else.
+    assert {c.name for c in run.checks if c.ok and c.kind in ("behaviour", "test")} == {"test_returns_float"}
