@@ -321,3 +321,29 @@ def test_a_killed_gateways_cgroup_is_swept_later() -> None:
         assert all(not d.exists() for d in leftover.dirs.values())
     finally:
         fresh.remove()
+
+
+def test_cgroup_v2_limits_are_written_in_v2_terms(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # This host's v2 hierarchy offers no controllers (memory, pids and cpu are bound to v1), so the
+    # kernel cannot enforce a v2 cgroup here: this checks what a v2 host would get, on a stand-in tree.
+    root = tmp_path / "unified"
+    (root / "gw").mkdir(parents=True)
+    (root / "gw" / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    real_mkdir = cgroup_module._mkdir
+
+    def kernel_like_mkdir(path: Path) -> bool:
+        made = real_mkdir(path)
+        if made:
+            (path / "cgroup.controllers").write_text("cpu memory pids\n")  # what the kernel would add
+        return made
+
+    monkeypatch.setattr(cgroup_module, "_mounts", lambda: [(str(root), "cgroup2", {"rw"})])
+    monkeypatch.setattr(cgroup_module, "_own_paths", lambda: {"": "/gw"})
+    monkeypatch.setattr(cgroup_module, "_mkdir", kernel_like_mkdir)
+    cgroup = SandboxCgroup.create(16, 256 * 1024 * 1024, 0.5)
+    assert cgroup is not None and cgroup.controllers == {"pids", "memory", "cpu"}
+    (d,) = set(cgroup.dirs.values())
+    assert d.parent == root / "gw" and cgroup.procs_files == [d / "cgroup.procs"]
+    assert (d / "pids.max").read_text() == "16" and (d / "memory.max").read_text() == str(256 * 1024 * 1024)
+    assert (d / "memory.swap.max").read_text() == "0" and (d / "cpu.max").read_text() == "50000 100000"
+    assert not (d / "memory.limit_in_bytes").exists()  # nothing in v1 terms
