@@ -78,6 +78,7 @@ class Link:
         self._next_id += 1
         message = {"id": self._next_id, "op": op, "budget": budget, **fields}
         try:
+            self._sock.settimeout(budget + GRACE_SECONDS)  # a solution that stops reading cannot stall the send
             self._sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
             reply = self._read(budget + GRACE_SECONDS)
         except CheckTimeout:

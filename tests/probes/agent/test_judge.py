@@ -138,3 +138,12 @@ def test_no_answer_times_out_after_the_budget_and_grace(pair: tuple[Link, socket
     assert 0.2 + GRACE_SECONDS - 0.05 <= waited < 0.2 + GRACE_SECONDS + 1.0, waited
     with pytest.raises(SolutionGone):
         link.request("get", obj=0, name="x")
+
+
+def test_a_solution_that_stops_reading_cannot_stall_a_request(pair: tuple[Link, socket.socket]) -> None:
+    link, _ = pair  # the far end never reads: a request bigger than the socket buffers cannot be sent
+    link.deadline = time.monotonic() + 0.2
+    started = time.monotonic()
+    with pytest.raises((SolutionGone, judge.CheckTimeout)):
+        link.request("call", obj=0, args=["x" * (8 << 20)], kwargs={})
+    assert time.monotonic() - started < 0.2 + GRACE_SECONDS + 1.0 and link.dead is not None
