@@ -24,6 +24,7 @@ class Outcome:
     end: float = 0.0
     cause: str | None = None  # None: answered in full (a stream: a finish_reason and the SDK saw its end)
     text: str = ""
+    detail: str = ""  # the error's message, cut short
 
     @property
     def ok(self) -> bool:
@@ -91,6 +92,7 @@ class Load:
                 out.text = answer.choices[0].message.content or ""
         except Exception as exc:  # noqa: BLE001 - every client-visible failure is an outcome
             out.cause = cause_of(exc)
+            out.detail = str(exc)[:300]
         out.end = time.monotonic()
         return out
 
