@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -48,6 +49,7 @@ PROMPT = "the fault drill asks for a short answer"
 FAULTS = ["0.2=status:500", "0.05=reset", "0.05=slow:3", "0.05=cut:3"]
 # A committed stream that breaks ends with the gateway's error event (gateway/pipeline/stream.py).
 CUT_AFTER_COMMIT = "stream cut after commit"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def config(upstreams: dict[str, FakeUpstream], redis: Redis, pg: Postgres, drain_delay: float) -> dict[str, Any]:
@@ -110,10 +112,28 @@ class Drill:
         self.phases.append((name, time.monotonic()))
         print(f"  {time.strftime('%H:%M:%S')} {name}", flush=True)
 
+    def snapshot(self) -> dict[str, float]:
+        """Counters for what one request costs the shared services and a replica (read in the baseline)."""
+        info = redis_info(self.redis.port)
+        pg = self.pg.psql("select xact_commit, tup_inserted, pg_current_wal_lsn() - '0/0' from pg_stat_database "
+                          "where datname = 'postgres'").split("|")
+        gw_pids = [gw.proc.pid for gw in self.gateways if gw.proc is not None]
+        return {
+            "t": time.monotonic(),
+            "redis_commands": info["total_commands_processed"],
+            "redis_in_bytes": info["total_net_input_bytes"], "redis_out_bytes": info["total_net_output_bytes"],
+            "pg_commits": float(pg[0]), "pg_rows": float(pg[1]), "pg_wal_bytes": float(pg[2]),
+            "gw_cpu_s": sum(cpu_s(pid) for pid in gw_pids),
+            "gw_rss_mb": max(tree_rss_mb(pid) for pid in gw_pids),
+        }
+
     async def timeline(self, stop: asyncio.Event) -> None:
         phase = self.args.phase
         self.mark("baseline")
-        await asyncio.sleep(phase)
+        await asyncio.sleep(1.0)  # past the first requests' warm-up
+        self.cost_window = [await asyncio.to_thread(self.snapshot)]
+        await asyncio.sleep(phase - 1.0)
+        self.cost_window.append(await asyncio.to_thread(self.snapshot))
 
         self.mark("upstream SIGKILL")
         victim = self.upstreams["healthy-a"]
@@ -162,6 +182,60 @@ class Drill:
         return Counter(line for line in out.splitlines() if line)
 
 
+def redis_info(port: int) -> dict[str, float]:
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
+    try:
+        return {k: float(v) for k, v in client.info("stats").items() if isinstance(v, int | float)}
+    finally:
+        client.close()
+
+
+def cpu_s(pid: int) -> float:
+    """utime + stime of the process and its waited-for children (the persistence worker is not waited for)."""
+    total = 0.0
+    for p in [pid, *children(pid)]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return total
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def tree_rss_mb(pid: int) -> float:
+    total = 0.0
+    for p in [pid, *children(pid)]:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) / 1024
+        except OSError:
+            pass
+    return total
+
+
+def costs(drill: Drill, outcomes: list[Outcome]) -> dict[str, float]:
+    """Per request answered in the baseline window: Redis commands and bytes, PostgreSQL commits,
+    rows and WAL bytes, gateway CPU; and a replica's resident memory (gateway and its worker)."""
+    first, last = drill.cost_window
+    n = sum(1 for o in outcomes if first["t"] <= o.end < last["t"])
+    per = {k: (last[k] - first[k]) / max(n, 1) for k in first if k not in ("t", "gw_rss_mb")}
+    per["gw_cpu_ms"] = per.pop("gw_cpu_s") * 1000
+    # Redis traffic is mostly the replicas' periodic sync, not per request: per replica and second too.
+    seconds = last["t"] - first["t"]
+    per_s = (last["redis_commands"] - first["redis_commands"]) / seconds / len(drill.gateways)
+    return {**per, "requests": n, "replica_rss_mb": last["gw_rss_mb"], "redis_commands_per_replica_s": per_s}
+
+
 def classify(o: Outcome) -> str | None:
     if o.cause is None:
         return None
@@ -202,6 +276,7 @@ def summarize(drill: Drill, outcomes: list[Outcome], records: Counter[str], faul
         "records": sum(records[i] for i in sent), "answered_without_record": len(answered - records.keys()),
         "duplicates": sum(1 for i in sent if records[i] > 1),
         "injected": faults, "phases": phases, "notes": drill.notes,
+        "per_request": costs(drill, outcomes),
         "error_samples": [{"cause": classify(o), "stream": o.stream, "detail": o.detail} for o in outcomes if o.cause][:20],
     }
 
@@ -219,6 +294,12 @@ def table(s: dict[str, Any]) -> str:
                 f"{s['errors'].get(CUT_AFTER_COMMIT, 0)} streams cut after commit")
     rows.append(f"request records: {s['records']} for {s['sent']} requests sent; answered without a record: "
                 f"{s['answered_without_record']}; duplicated: {s['duplicates']}")
+    c = s["per_request"]
+    rows.append(f"per request (baseline, {c['requests']:.0f} requests): Redis {c['redis_commands']:.2f} commands, "
+                f"{c['redis_in_bytes']:.0f} B in, {c['redis_out_bytes']:.0f} B out "
+                f"({c['redis_commands_per_replica_s']:.0f} commands/s per replica); PostgreSQL {c['pg_commits']:.3f} commits, "
+                f"{c['pg_rows']:.2f} rows, {c['pg_wal_bytes']:.0f} B of WAL; gateway CPU {c['gw_cpu_ms']:.2f} ms; "
+                f"a replica's RSS {c['replica_rss_mb']:.0f} MB")
     rows.append("faults the faulty upstream injected: " + ", ".join(f"{k} {v}" for k, v in sorted(s["injected"].items())))
     rows.extend(s["notes"])
     return "\n".join(rows)
