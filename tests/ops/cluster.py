@@ -207,8 +207,9 @@ class Postgres:
     As root it runs as the `postgres` user (initdb refuses root), in a directory under the system's
     temporary directory that this user can reach; `cleanup()` removes it."""
 
-    def __init__(self, port: int, workdir: Path) -> None:
+    def __init__(self, port: int, workdir: Path, *, fsync: bool = False) -> None:
         self.port = port
+        self.fsync = fsync  # off for tests and the drill (no disk flushes); on to measure capacity
         self.root = Path(tempfile.mkdtemp(prefix="gw-pg-"))
         self.data = self.root / "data"
         self.log = self.root / "postgres.log"
@@ -230,7 +231,8 @@ class Postgres:
         return self
 
     def start(self) -> Postgres:
-        opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50"
+        fsync = "on" if self.fsync else "off"
+        opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync={fsync} -c max_connections=50"
         done = self._pg("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w", "-t", "60", "start")
         if done.returncode != 0:
             raise RuntimeError(f"pg_ctl start failed: {done.stderr[-2000:]}\n{self.log_tail()}")
