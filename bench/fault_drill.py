@@ -71,7 +71,7 @@ class Drill:
     def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
         self.args, self.dir = args, workdir
         self.redis = Redis(free_port(), workdir)
-        self.pg = Postgres(free_port(), workdir)
+        self.pg = Postgres(free_port())
         self.upstreams = {
             "faulty": FakeUpstream("faulty", free_port(), workdir, ["--chunk-delay", "0.02", "--seed", "7",
                                                                        *(a for f in FAULTS for a in ("--fault", f))]),

@@ -29,7 +29,7 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=20000, help="records per batch size")
     parser.add_argument("--batches", default="5,50,500")
     args = parser.parse_args()
-    pg = Postgres(free_port(), Path("/tmp"), fsync=True)  # durable commits, as in production
+    pg = Postgres(free_port(), fsync=True)  # durable commits, as in production
     try:
         pg.init().start()
         engine = make_engine(DatabaseConfig(url=pg.url))

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from pathlib import Path
 
@@ -87,7 +87,7 @@ class Proc:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         return ""
 
-    def wait_until(self, ready: callable, timeout: float, what: str) -> float:  # type: ignore[valid-type]
+    def wait_until(self, ready: Callable[[], bool], timeout: float, what: str) -> float:
         """Seconds until `ready()` held; raises with the log's tail if the process died or took too long."""
         start = time.monotonic()
         while time.monotonic() - start < timeout:
@@ -207,7 +207,7 @@ class Postgres:
     As root it runs as the `postgres` user (initdb refuses root), in a directory under the system's
     temporary directory that this user can reach; `cleanup()` removes it."""
 
-    def __init__(self, port: int, workdir: Path, *, fsync: bool = False) -> None:
+    def __init__(self, port: int, *, fsync: bool = False) -> None:
         self.port = port
         self.fsync = fsync  # off for tests and the drill (no disk flushes); on to measure capacity
         self.root = Path(tempfile.mkdtemp(prefix="gw-pg-"))
