@@ -47,6 +47,10 @@ class Proc:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Proc:
+        if self.proc is not None:  # a restart: reap the one before (a kill may not have been waited for)
+            with suppress(subprocess.TimeoutExpired):
+                self.proc.wait(10)
+            assert self.proc.returncode is not None, f"{self.name} is still running"
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 self.cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
