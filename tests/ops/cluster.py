@@ -24,7 +24,17 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
 NGINX_CONF = ROOT / "deploy" / "nginx.conf"
-PG_BIN = Path(os.environ.get("GW_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+
+def _pg_bin() -> Path:
+    """$GW_PG_BIN, else the newest Debian PostgreSQL's binaries (initdb is not on PATH there)."""
+    if os.environ.get("GW_PG_BIN"):
+        return Path(os.environ["GW_PG_BIN"])
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0)
+    return found[-1].parent if found else Path("/usr/lib/postgresql/15/bin")
+
+
+PG_BIN = _pg_bin()
 
 
 def free_port() -> int:
