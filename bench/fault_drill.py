@@ -239,7 +239,9 @@ def costs(drill: Drill, outcomes: list[Outcome]) -> dict[str, float]:
 def classify(o: Outcome) -> str | None:
     if o.cause is None:
         return None
-    if o.stream and o.cause == "error event" and o.text:
+    # The gateway's error event for a committed stream whose upstream broke (its first event, often
+    # only the role, already went out): nothing else could have answered it.
+    if o.stream and o.cause == "error event" and "stream broke off" in o.detail:
         return CUT_AFTER_COMMIT
     return o.cause
 
