@@ -22,6 +22,10 @@ an upstream model ``"name@<spec>"`` always behaves as ``<spec>``::
 for model ``m`` fail, after which it falls back to the model id's behaviour ("fail N times then
 succeed"). Every request is recorded in ``upstream.requests`` so tests can check what the upstream saw.
 
+``faults=[(0.2, Behaviour.status(500)), (0.05, Behaviour.reset())]`` (``--fault 0.2=status:500``)
+gives every other request a random fault with those shares (seeded: ``seed``); ``GET /_faults``
+counts what was injected, by kind.
+
 ``tool_fault`` (a callable given each chat request body that gets a tool call) may break that call:
 it returns ``"bad_json"`` (arguments cut in half), ``"unknown_name"`` (an undeclared name) or None.
 
@@ -45,11 +49,12 @@ import hashlib
 import itertools
 import json
 import math
+import random
 import socket
 import struct
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,6 +111,10 @@ class Behaviour:
         return cls("invalid-json")
 
     @classmethod
+    def reset(cls) -> Behaviour:
+        return cls("reset")
+
+    @classmethod
     def parse(cls, spec: str) -> Behaviour:
         """``"status:429;retry-after=1"``, ``"slow:1.5"``, ``"cut:2"``, ``"reset"``..."""
         head, *pairs = spec.split(";")
@@ -147,8 +156,17 @@ class FakeOpenAIUpstream:
         cached_tokens: int = 0,
         chunk_delay: float = 0.0,
         tool_fault: Callable[[dict[str, Any]], str | None] | None = None,
+        faults: Sequence[tuple[float, Behaviour]] = (),
+        seed: int = 0,
+        keep_requests: bool = True,
     ) -> None:
         self.tool_fault = tool_fault
+        assert sum(share for share, _ in faults) <= 1.0, "fault shares add up to more than 1"
+        self.faults = list(faults)
+        self.injected: Counter[str] = Counter()
+        self._rng = random.Random(seed)
+        # A long load run (the fault drill) keeps no record of each request.
+        self.keep_requests = keep_requests
         self.host = host
         self.port = port
         self.llamacpp_quirks = llamacpp_quirks
@@ -187,7 +205,16 @@ class FakeOpenAIUpstream:
         if script:
             return script.popleft()
         _, sep, spec = model.partition("@")
-        return Behaviour.parse(spec) if sep else Behaviour.ok()
+        if sep:
+            return Behaviour.parse(spec)
+        if self.faults:
+            roll = self._rng.random()
+            for share, behaviour in self.faults:
+                if roll < share:
+                    self.injected[behaviour.kind] += 1
+                    return behaviour
+                roll -= share
+        return Behaviour.ok()
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -197,6 +224,7 @@ class FakeOpenAIUpstream:
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/_faults", self._faults)
         return app
 
     async def start(self) -> FakeOpenAIUpstream:
@@ -234,7 +262,8 @@ class FakeOpenAIUpstream:
         except ValueError:
             body = None
         received = Received(request.method, request.path, {k.lower(): v for k, v in request.headers.items()}, raw, body)
-        self.requests.append(received)
+        if self.keep_requests:
+            self.requests.append(received)
         return received
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
@@ -261,6 +290,9 @@ class FakeOpenAIUpstream:
         if not isinstance(body, dict):
             return _error(400, "We could not parse the JSON body of your request.", "invalid_request_error")
         return await self._serve(request, body, _EmbeddingAnswer(body, self))
+
+    async def _faults(self, request: web.Request) -> web.Response:
+        return web.json_response(dict(self.injected))
 
     async def _models(self, request: web.Request) -> web.Response:
         await self._receive(request)
@@ -738,11 +770,16 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=9100)
     parser.add_argument("--llamacpp-quirks", action="store_true")
     parser.add_argument("--chunk-delay", type=float, default=0.0)
+    parser.add_argument("--fault", action="append", default=[], metavar="SHARE=SPEC",
+                        help="a random fault for this share of requests, e.g. 0.2=status:500 (repeatable)")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    faults = [(float(share), Behaviour.parse(spec)) for share, spec in (f.split("=", 1) for f in args.fault)]
 
     async def serve() -> None:
         async with FakeOpenAIUpstream(
-            host=args.host, port=args.port, llamacpp_quirks=args.llamacpp_quirks, chunk_delay=args.chunk_delay
+            host=args.host, port=args.port, llamacpp_quirks=args.llamacpp_quirks, chunk_delay=args.chunk_delay,
+            faults=faults, seed=args.seed, keep_requests=False,
         ) as upstream:
             print(f"fake upstream on {upstream.url}", flush=True)
             await asyncio.Event().wait()
