@@ -218,6 +218,8 @@ def _messages(body: Body) -> list[Body]:
         if "content" not in message:
             raise _bad(f"{where}.content", "Field required")
         if role == "user":
+            if message["content"] in ("", []):
+                raise _bad(f"{where}.content", "A user message must have non-empty content")
             out.extend(_user(message["content"], f"{where}.content"))
         elif role == "assistant":
             out.append(_assistant(message["content"], f"{where}.content"))

@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.errors import InvalidRequest, UnsupportedParameter
 from gateway.translate.anthropic_request import to_chat
@@ -133,6 +135,8 @@ def test_count_tokens_needs_no_max_tokens_but_messages_does() -> None:
         ({"messages": "hi"}, "messages"),
         ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user"}]}, "messages[0].content"),
+        ({"messages": [{"role": "user", "content": []}]}, "messages[0].content"),
+        ({"messages": [{"role": "user", "content": ""}]}, "messages[0].content"),
         ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages[0].content[0].text"),
         ({"messages": [{"role": "user", "content": [{"text": "x"}]}]}, "messages[0].content[0].type"),
         ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/tiff", "data": "x"}}]}]}, "messages[0].content[0].source.media_type"),
@@ -177,3 +181,24 @@ def test_what_has_no_chat_equivalent_is_refused_by_name(fields: dict[str, Any], 
     with pytest.raises(UnsupportedParameter) as caught:
         to_chat(body(**fields))
     assert caught.value.param == param and caught.value.status_code == 400
+
+
+# -- any JSON at all: a 400 or a chat request, never another exception ------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.floats(-2, 2) | st.sampled_from(["", "x", "text", "image", "tool_use", "tool_result", "user", "assistant", "auto", "tool", "base64", "url", "image/png"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["type", "text", "role", "content", "source", "name", "input", "id", "tool_use_id", "is_error", "media_type", "data", "url", "input_schema"]), inner, max_size=4),
+    max_leaves=12,
+)
+FIELDS = st.sampled_from(["model", "max_tokens", "messages", "system", "tools", "tool_choice", "stop_sequences", "temperature", "top_p", "top_k", "metadata", "stream", "provider"])
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(st.dictionaries(FIELDS, JSON, max_size=6), st.booleans())
+def test_any_body_is_translated_or_refused_with_a_named_400(fields: dict[str, Any], counting: bool) -> None:
+    try:
+        request = to_chat(body(**fields), counting=counting)
+    except InvalidRequest as exc:
+        assert exc.status_code == 400 and exc.param is not None
+        return
+    assert request.body["messages"] and request.model
