@@ -25,6 +25,9 @@ succeed"). Every request is recorded in ``upstream.requests`` so tests can check
 ``tool_fault`` (a callable given each chat request body that gets a tool call) may break that call:
 it returns ``"bad_json"`` (arguments cut in half), ``"unknown_name"`` (an undeclared name) or None.
 
+``vllm_stop_reason=True`` adds vLLM's ``stop_reason`` to each finished choice: the stop sequence that
+matched, or null.
+
 ``llamacpp_quirks=True`` reproduces llama-server: an assistant message with neither ``content`` nor
 ``tool_calls`` gets a 400, and a ``tool_choice`` that is not a string is ignored (as "auto").
 
@@ -147,8 +150,10 @@ class FakeOpenAIUpstream:
         cached_tokens: int = 0,
         chunk_delay: float = 0.0,
         tool_fault: Callable[[dict[str, Any]], str | None] | None = None,
+        vllm_stop_reason: bool = False,
     ) -> None:
         self.tool_fault = tool_fault
+        self.vllm_stop_reason = vllm_stop_reason
         self.host = host
         self.port = port
         self.llamacpp_quirks = llamacpp_quirks
@@ -440,6 +445,14 @@ def _truncate(tokens: list[str], body: dict[str, Any], default_finish: str) -> t
     return tokens, finish
 
 
+def _matched_stop(tokens: list[str], body: dict[str, Any]) -> str | None:
+    """The stop sequence `_truncate` cut at (the earliest), as vLLM reports it."""
+    stop = body.get("stop")
+    text = "".join(tokens)
+    found = [(text.find(s), s) for s in ([stop] if isinstance(stop, str) else list(stop or [])) if s and s in text]
+    return min(found)[1] if found else None
+
+
 def _sample_arguments(parameters: Any) -> dict[str, Any]:
     """Arguments matching a JSON schema's properties: enums take their first value."""
     props = parameters.get("properties") if isinstance(parameters, dict) else None
@@ -480,6 +493,9 @@ class _ChatAnswer(_Answer):
         else:
             last_user = next((m for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"), {})
             self.tokens, self.finish = _truncate(_words(REPLY_PREFIX + _content_text(last_user)), body, "stop")
+            self.matched_stop = _matched_stop(_words(REPLY_PREFIX + _content_text(last_user)), body)
+        if self.tool is not None or fmt in ("json_object", "json_schema") or self.finish != "stop":
+            self.matched_stop = None
         self.top = body.get("top_logprobs") or 0
         self.logprobs = bool(body.get("logprobs"))
 
@@ -539,6 +555,8 @@ class _ChatAnswer(_Answer):
                     "refusal": None,
                 }
             choices.append({"index": i, "message": message, "logprobs": logprobs, "finish_reason": self.finish})
+            if self.up.vllm_stop_reason:
+                choices[-1]["stop_reason"] = self.matched_stop
         out = self._base("chat.completion")
         out["choices"] = choices
         out["usage"] = _usage(self.prompt_tokens, self._completion_tokens(), self.up.cached_tokens)
@@ -585,7 +603,10 @@ class _ChatAnswer(_Answer):
                         logprobs = {"content": [_chat_logprob(token, p, self.top)], "refusal": None}
                     yield self._chunk(i, {"content": token}, logprobs=logprobs)
         for i in range(self.n):
-            yield self._chunk(i, {}, self.finish)
+            last = self._chunk(i, {}, self.finish)
+            if self.up.vllm_stop_reason:
+                last["choices"][0]["stop_reason"] = self.matched_stop
+            yield last
         if self.wants_usage:
             out = self._base("chat.completion.chunk")
             out["choices"] = []
