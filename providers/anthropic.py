@@ -14,7 +14,8 @@ Request mapping (chat -> Messages):
   tools / tool_choice                  -> input_schema / auto, any, tool, none
   parallel_tool_calls: false           -> tool_choice.disable_parallel_tool_use
   user                                 -> metadata.user_id
-Refused with a 400 (no Messages equivalent): `response_format` other than text, `logprobs`, audio.
+  response_format json_schema          -> output_config.format (structured outputs)
+Refused with a 400 (no Messages equivalent): `response_format` json_object, `logprobs`, audio.
 Deployments of this kind should declare ``capabilities: {logprobs: false, native_n: false}``.
 """
 
@@ -132,8 +133,11 @@ def messages_body(target: Target, body: dict[str, Any], stream: bool) -> dict[st
         if body.get(name):
             raise _refuse(target, name, f"'{name}' is not supported")
     fmt = body.get("response_format")
-    if isinstance(fmt, dict) and fmt.get("type") not in (None, "text"):
-        raise _refuse(target, "response_format", "'response_format' is not supported")
+    schema = None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        schema = (fmt.get("json_schema") or {}).get("schema") or {"type": "object"}
+    elif isinstance(fmt, dict) and fmt.get("type") not in (None, "text"):
+        raise _refuse(target, "response_format", f"'response_format' {fmt.get('type')} is not supported; use json_schema")
     system, messages = _messages(target, body.get("messages") or [])
     out: dict[str, Any] = {
         "model": target.upstream_model,
@@ -165,6 +169,8 @@ def messages_body(target: Target, body: dict[str, Any], stream: bool) -> dict[st
             out["tool_choice"] = choice
     if isinstance(body.get("user"), str):
         out["metadata"] = {"user_id": body["user"]}
+    if schema is not None:
+        out["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
     if stream:
         out["stream"] = True
     return out

@@ -16,6 +16,7 @@ Mapping (Messages -> chat):
   stop_sequences, max_tokens            -> stop, max_tokens
   temperature, top_p, top_k             -> the same (top_k for upstreams that take it: vLLM, llama.cpp)
   metadata.user_id                      -> user
+  output_config.format (json_schema)    -> response_format json_schema (structured outputs)
   stream                                -> stream with stream_options.include_usage (usage at the end)
 """
 
@@ -333,6 +334,20 @@ def _metadata(body: Body, chat: Body) -> None:
         chat["user"] = user
 
 
+def _output_config(body: Body, chat: Body) -> None:
+    raw = body.get("output_config")
+    if raw is None:
+        return
+    fmt = _object(raw, "output_config").get("format")  # `effort` steers Claude only
+    if fmt is None:
+        return
+    _object(fmt, "output_config.format")
+    if fmt.get("type") != "json_schema":
+        raise _bad("output_config.format.type", "Input should be 'json_schema'")
+    schema = _object(fmt.get("schema"), "output_config.format.schema")
+    chat["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+
+
 def _model(body: Body) -> str:
     model = body.get("model")
     if model is None:
@@ -370,6 +385,7 @@ def to_chat(body: Body, *, counting: bool = False) -> ChatRequest:
             raise _bad("top_k", f"Input should be greater than or equal to 0, but got {top_k}")
         chat["top_k"] = top_k
     _metadata(body, chat)
+    _output_config(body, chat)
     if body.get("mcp_servers"):
         raise UnsupportedParameter("mcp_servers: MCP connectors are not supported by this gateway.", param="mcp_servers")
     if "provider" in body:  # the gateway's routing preferences, as on /v1/chat/completions

@@ -118,6 +118,15 @@ def test_create_answers_with_text_stop_reason_and_usage(client: anthropic.Anthro
     assert message.usage.output_tokens == 4
 
 
+def test_structured_output_reaches_the_upstream_as_json_schema(client: anthropic.Anthropic, upstream: FakeOpenAIUpstream) -> None:
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    message = client.messages.create(
+        model="chat-model", max_tokens=64, messages=HELLO, output_config={"format": {"type": "json_schema", "schema": schema}}
+    )
+    assert json.loads(message.content[0].text) == {"answer": "ok"}  # type: ignore[union-attr]
+    assert upstream.requests[-1].body["response_format"] == {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+
+
 def test_max_tokens_and_stop_sequences_map_to_their_stop_reasons(messages_gateway: GatewayServer) -> None:
     with client_for(messages_gateway) as client:
         cut = client.messages.create(model="chat-model", max_tokens=2, messages=HELLO)

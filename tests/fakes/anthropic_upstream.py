@@ -28,7 +28,7 @@ from tests.fakes.openai_upstream import Behaviour, Received, _hang_up, _sample_a
 
 REPLY_PREFIX = "You said: "
 TOP_LEVEL = frozenset(
-    {"model", "messages", "max_tokens", "system", "stop_sequences", "stream", "temperature", "top_p", "top_k", "tools", "tool_choice", "metadata"}
+    {"model", "messages", "max_tokens", "system", "stop_sequences", "stream", "temperature", "top_p", "top_k", "tools", "tool_choice", "metadata", "output_config"}
 )
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error", 429: "rate_limit_error", 529: "overloaded_error"}
 

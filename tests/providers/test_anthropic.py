@@ -69,6 +69,13 @@ def test_tool_choice(choice: Any, expected: dict[str, Any]) -> None:
     assert request_body({"messages": [{"role": "user", "content": "x"}], "tools": tools, "tool_choice": choice})["tool_choice"] == expected
 
 
+def test_a_json_schema_response_format_becomes_output_config() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    out = request_body({"messages": [{"role": "user", "content": "x"}], "response_format": fmt})
+    assert out["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
+
+
 @pytest.mark.parametrize("field", [{"logprobs": True}, {"response_format": {"type": "json_object"}}])
 def test_what_messages_cannot_do_is_a_400(field: dict[str, Any]) -> None:
     with pytest.raises(ProviderRejected) as caught:

@@ -40,6 +40,13 @@ def test_sampling_stop_metadata_and_stream() -> None:
     assert chat["stream"] is True and chat["stream_options"] == {"include_usage": True}
 
 
+def test_structured_output_becomes_a_json_schema_response_format() -> None:
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}}
+    chat = to_chat(body(output_config={"effort": "low", "format": {"type": "json_schema", "schema": schema}})).body
+    assert chat["response_format"] == {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+    assert "response_format" not in to_chat(body(output_config={"effort": "high"})).body
+
+
 def test_tools_and_each_tool_choice() -> None:
     chat = to_chat(body(tools=[TOOL])).body
     assert chat["tools"] == [
@@ -159,6 +166,8 @@ def test_count_tokens_needs_no_max_tokens_but_messages_does() -> None:
         ({"tools": [TOOL], "tool_choice": {"type": "tool", "name": "other"}}, "tool_choice.name"),
         ({"tool_choice": {"type": "any"}}, "tool_choice"),
         ({"provider": {"sort": "cheapest"}}, "provider.sort"),
+        ({"output_config": {"format": {"type": "json_object"}}}, "output_config.format.type"),
+        ({"output_config": {"format": {"type": "json_schema", "schema": "x"}}}, "output_config.format.schema"),
     ],
 )
 def test_hostile_input_is_a_400_naming_the_field(fields: dict[str, Any], param: str) -> None:
@@ -190,7 +199,7 @@ JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["type", "text", "role", "content", "source", "name", "input", "id", "tool_use_id", "is_error", "media_type", "data", "url", "input_schema"]), inner, max_size=4),
     max_leaves=12,
 )
-FIELDS = st.sampled_from(["model", "max_tokens", "messages", "system", "tools", "tool_choice", "stop_sequences", "temperature", "top_p", "top_k", "metadata", "stream", "provider"])
+FIELDS = st.sampled_from(["output_config", "model", "max_tokens", "messages", "system", "tools", "tool_choice", "stop_sequences", "temperature", "top_p", "top_k", "metadata", "stream", "provider"])
 
 
 @settings(max_examples=400, deadline=None, derandomize=True)
