@@ -220,6 +220,13 @@ def test_count_tokens_counts_the_translated_prompt(client: anthropic.Anthropic, 
     )
     assert response.status_code == 200 and response.json() == {"input_tokens": counted.input_tokens}
     assert response.headers["x-gateway-token-count"].startswith("estimate")
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.count_tokens(model="no-such-model", messages=HELLO)  # type: ignore[arg-type]
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        client.messages.count_tokens(model="chat-model", messages=[{"role": "user", "content": [{"type": "text"}]}])  # type: ignore[list-item,typeddict-item]
+    assert "messages[0].content[0].text" in bad.value.body["error"]["message"]  # type: ignore[index]
+    with client_for(messages_gateway, api_key="sk-wrong-key-000000") as stranger, pytest.raises(anthropic.AuthenticationError):
+        stranger.messages.count_tokens(model="chat-model", messages=HELLO)  # type: ignore[arg-type]
 
 
 def test_bearer_auth_works_as_well_as_x_api_key(messages_gateway: GatewayServer) -> None:
