@@ -22,6 +22,7 @@ Mapping (Messages -> chat):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ TOOL_CHOICES = ("auto", "any", "tool", "none")
 # Blocks of an earlier assistant turn that only Claude produces: dropped from the history.
 DROPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 MAX_TOOL_NAME = 128
+TOOL_NAME = re.compile(rf"[a-zA-Z0-9_-]{{1,{MAX_TOOL_NAME}}}")
 
 
 @dataclass(slots=True)
@@ -58,6 +60,8 @@ def _bad(param: str, message: str) -> InvalidRequest:
 
 
 def _typed(value: Any, param: str, kinds: tuple[type, ...], label: str) -> Any:
+    if type(value) in kinds:  # the common case, without the subclass checks
+        return value
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
         raise _bad(param, f"Input should be {label}, but got {_type_name(value)}")
     return value
@@ -262,7 +266,7 @@ def _tools(body: Body) -> list[Body]:
                 param=f"{where}.type",
             )
         name = _string(tool.get("name"), f"{where}.name")
-        if not 0 < len(name) <= MAX_TOOL_NAME or not all(c.isascii() and (c.isalnum() or c in "_-") for c in name):
+        if TOOL_NAME.fullmatch(name) is None:
             raise _bad(f"{where}.name", f"String should match pattern '^[a-zA-Z0-9_-]{{1,{MAX_TOOL_NAME}}}$'")
         schema = tool.get("input_schema")
         if schema is None:
