@@ -43,18 +43,26 @@ COUNT_METHOD = "estimate; cl100k_base (the gateway's offline tokenizer, not the 
 
 
 def authenticate(state: AppState, scope: Scope) -> str | None:
-    """The key's name (None under open access). `x-api-key` first, else the Authorization header."""
+    """The key's name (None under open access): the gateway key in `x-api-key` or as a Bearer token.
+    With both headers, either may hold it (Claude Code sends ANTHROPIC_API_KEY as x-api-key beside
+    ANTHROPIC_AUTH_TOKEN as Bearer); without a valid one the request fails."""
     api_key = _header(scope, b"x-api-key")
-    authorization = f"Bearer {api_key}" if api_key else _header(scope, b"authorization")
-    try:
-        return state.auth.authenticate(authorization)
-    except AuthenticationFailed as exc:
-        if authorization:
-            raise
-        raise AuthenticationFailed(
-            "You didn't provide an API key: send the gateway key in the x-api-key header "
-            "(or as Authorization: Bearer YOUR_KEY)."
-        ) from exc
+    authorization = _header(scope, b"authorization")
+    if not api_key and not authorization:
+        try:
+            return state.auth.authenticate(None)
+        except AuthenticationFailed as exc:
+            raise AuthenticationFailed(
+                "You didn't provide an API key: send the gateway key in the x-api-key header "
+                "(or as Authorization: Bearer YOUR_KEY)."
+            ) from exc
+    if api_key:
+        try:
+            return state.auth.authenticate(f"Bearer {api_key}")
+        except AuthenticationFailed:
+            if not authorization:
+                raise
+    return state.auth.authenticate(authorization)
 
 
 async def _send_error(send: Send, exc: GatewayError, headers: dict[str, str]) -> None:

@@ -243,6 +243,26 @@ def test_a_bad_key_is_an_authentication_error(messages_gateway: GatewayServer, k
     assert caught.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
 
 
+@pytest.mark.parametrize(
+    ("x_api_key", "bearer", "status"),
+    [
+        ("sk-a-real-anthropic-key", GATEWAY_KEY, 200),  # Claude Code with both variables set
+        (GATEWAY_KEY, "sk-something-else", 200),
+        ("sk-wrong-1", "sk-wrong-2", 401),
+        ("", "sk-wrong-2", 401),
+    ],
+)
+def test_with_both_headers_either_may_hold_the_gateway_key(
+    messages_gateway: GatewayServer, x_api_key: str, bearer: str, status: int
+) -> None:
+    headers = {"x-api-key": x_api_key, "authorization": f"Bearer {bearer}"}
+    body = {"model": "chat-model", "max_tokens": 8, "messages": HELLO}
+    response = httpx.post(messages_gateway.root + "/v1/messages", json=body, headers=headers)
+    assert response.status_code == status
+    if status == 401:
+        assert response.json()["error"]["type"] == "authentication_error"
+
+
 def test_no_key_is_an_authentication_error_that_names_x_api_key(messages_gateway: GatewayServer) -> None:
     response = httpx.post(messages_gateway.root + "/v1/messages", json={"model": "chat-model", "max_tokens": 8, "messages": HELLO})
     assert response.status_code == 401
