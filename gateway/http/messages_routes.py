@@ -120,7 +120,11 @@ class MessagesEndpoint(InferenceEndpoint):
             if ctx.response_parts is not None:
                 ctx.response_parts.append(result.body)
             message = to_message(
-                orjson.loads(result.body), model=request.model, message_id=message_id, stop_sequences=request.stop_sequences
+                orjson.loads(result.body),
+                model=request.model,
+                message_id=message_id,
+                stop_sequences=request.stop_sequences,
+                thinking=request.thinking,
             )
             try:
                 await _send_json(send, 200, orjson.dumps(message), ctx.response_headers(clock()))
@@ -132,6 +136,7 @@ class MessagesEndpoint(InferenceEndpoint):
             message_id=message_id,
             input_tokens=_prompt_estimate(ctx),
             stop_sequences=request.stop_sequences,
+            thinking=request.thinking,
         )
         await self._stream(state, ctx, result, receive, send, framing=framing, error_event=anthropic_error_event)
 

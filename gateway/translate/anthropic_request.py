@@ -2,7 +2,7 @@
 
 Checked and translated in one pass: each 400 names the Messages field (``messages[1].content[0].source``),
 not the chat field it became. What has no chat equivalent is refused by name (server tools, documents),
-or dropped where it only steers Claude itself (``thinking``, ``cache_control``, earlier thinking blocks).
+or dropped where it only steers Claude itself (``cache_control``, thinking budgets, earlier thinking blocks).
 Top-level fields this module does not know are ignored, as a new client field should not break a request.
 
 Mapping (Messages -> chat):
@@ -17,6 +17,8 @@ Mapping (Messages -> chat):
   temperature, top_p, top_k             -> the same (top_k for upstreams that take it: vLLM, llama.cpp)
   metadata.user_id                      -> user
   output_config.format (json_schema)    -> response_format json_schema (structured outputs)
+  thinking enabled / adaptive           -> the upstream's reasoning text (reasoning_content) comes back
+                                           as thinking blocks (signature ""); otherwise it is dropped
   stream                                -> stream with stream_options.include_usage (usage at the end)
 """
 
@@ -47,6 +49,8 @@ class ChatRequest:
     model: str
     stream: bool
     stop_sequences: tuple[str, ...]
+    # The client asked for thinking: the upstream's reasoning text comes back as thinking blocks.
+    thinking: bool = False
 
 
 def _type_name(value: Any) -> str:
@@ -352,6 +356,16 @@ def _output_config(body: Body, chat: Body) -> None:
     chat["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
 
 
+def _thinking(body: Body) -> bool:
+    raw = body.get("thinking")
+    if raw is None:
+        return False
+    kind = _object(raw, "thinking").get("type")
+    if kind not in ("enabled", "disabled", "adaptive"):
+        raise _bad("thinking.type", "Input should be 'enabled', 'disabled' or 'adaptive'")
+    return kind != "disabled"
+
+
 def _model(body: Body) -> str:
     model = body.get("model")
     if model is None:
@@ -398,4 +412,4 @@ def to_chat(body: Body, *, counting: bool = False) -> ChatRequest:
     if stream:
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}
-    return ChatRequest(chat, model, bool(stream), stops)
+    return ChatRequest(chat, model, bool(stream), stops, _thinking(body))

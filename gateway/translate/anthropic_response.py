@@ -68,11 +68,25 @@ def tool_input(arguments: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"_unparsed_arguments": arguments}
 
 
-def to_message(chat: dict[str, Any], *, model: str, message_id: str, stop_sequences: tuple[str, ...]) -> dict[str, Any]:
+def reasoning(part: dict[str, Any]) -> str | None:
+    """A message's or delta's reasoning text: `reasoning_content` (llama.cpp, DeepSeek, vLLM) or `reasoning`."""
+    for name in ("reasoning_content", "reasoning"):
+        text = part.get(name)
+        if isinstance(text, str) and text:
+            return text
+    return None
+
+
+def to_message(
+    chat: dict[str, Any], *, model: str, message_id: str, stop_sequences: tuple[str, ...], thinking: bool = False
+) -> dict[str, Any]:
     choices = chat.get("choices") or [{}]
     choice = choices[0] if isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
     content: list[dict[str, Any]] = []
+    thought = reasoning(message) if thinking else None
+    if thought:
+        content.append({"type": "thinking", "thinking": thought, "signature": ""})
     text = message.get("content")
     if isinstance(text, str) and text:
         content.append({"type": "text", "text": text})
@@ -104,8 +118,12 @@ class MessagesStream:
     message after the upstream's [DONE]. Content blocks are opened in the order they appear: text,
     then each tool call (one block per call index), each closed when the next opens."""
 
-    def __init__(self, *, model: str, message_id: str, input_tokens: int, stop_sequences: tuple[str, ...]) -> None:
+    def __init__(
+        self, *, model: str, message_id: str, input_tokens: int, stop_sequences: tuple[str, ...], thinking: bool = False
+    ) -> None:
         self.model = model
+        self.thinking = thinking
+        self.thinking_block: int | None = None
         self.message_id = message_id
         self.input_tokens = input_tokens  # the gateway's count, until the upstream's usage arrives
         self.stop_sequences = stop_sequences
@@ -152,6 +170,11 @@ class MessagesStream:
             self.text_block = self._open(out, {"type": "text", "text": ""})
         self._delta(out, self.text_block, {"type": "text_delta", "text": text})
 
+    def _thought(self, out: list[bytes], text: str) -> None:
+        if self.thinking_block is None or self.thinking_block != self.block:
+            self.thinking_block = self._open(out, {"type": "thinking", "thinking": "", "signature": ""})
+        self._delta(out, self.thinking_block, {"type": "thinking_delta", "thinking": text})
+
     def _tool_call(self, out: list[bytes], call: dict[str, Any]) -> None:
         position = call.get("index", 0)
         fn = call.get("function") or {}
@@ -177,6 +200,9 @@ class MessagesStream:
                 if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                     continue  # Messages has one answer
                 delta = choice.get("delta") or {}
+                thought = reasoning(delta) if self.thinking else None
+                if thought:
+                    self._thought(out, thought)
                 text = delta.get("content")
                 if isinstance(text, str) and text:
                     self._text(out, text)

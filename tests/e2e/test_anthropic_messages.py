@@ -36,6 +36,7 @@ WEATHER = {
         "required": ["city"],
     },
 }
+REASONING = "The user greets me, so I greet back."
 DEEP: list[Any] = []
 for _ in range(70):  # past server.max_json_depth (64)
     DEEP = [DEEP]
@@ -49,8 +50,8 @@ def client_for(server: GatewayServer, **kwargs: Any) -> anthropic.Anthropic:
 
 @pytest.fixture(scope="module")
 def stop_upstream(servers: BackgroundLoop) -> Iterator[FakeOpenAIUpstream]:
-    """A fake that names the matched stop sequence as vLLM does (`stop_reason`)."""
-    upstream = servers.call(FakeOpenAIUpstream(vllm_stop_reason=True).start())
+    """A fake that names the matched stop sequence as vLLM does (`stop_reason`), and reasons."""
+    upstream = servers.call(FakeOpenAIUpstream(vllm_stop_reason=True, reasoning=REASONING).start())
     yield upstream
     servers.call(upstream.stop())
 
@@ -125,6 +126,20 @@ def test_structured_output_reaches_the_upstream_as_json_schema(client: anthropic
     )
     assert json.loads(message.content[0].text) == {"answer": "ok"}  # type: ignore[union-attr]
     assert upstream.requests[-1].body["response_format"] == {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+
+
+def test_reasoning_comes_back_as_thinking_when_asked_for(messages_gateway: GatewayServer) -> None:
+    with client_for(messages_gateway) as client:
+        plain = client.messages.create(model="vllm-model", max_tokens=64, messages=HELLO)
+        assert [b.type for b in plain.content] == ["text"]  # not asked: dropped
+        thinking: Any = {"type": "enabled", "budget_tokens": 1024}
+        whole = client.messages.create(model="vllm-model", max_tokens=64, messages=HELLO, thinking=thinking)
+        with client.messages.stream(model="vllm-model", max_tokens=64, messages=HELLO, thinking=thinking) as stream:
+            final = stream.get_final_message()
+    for message in (whole, final):
+        assert [b.type for b in message.content] == ["thinking", "text"]
+        assert message.content[0].thinking == REASONING  # type: ignore[union-attr]
+        assert message.content[1].text == "You said: Say hello"  # type: ignore[union-attr]
 
 
 def test_max_tokens_and_stop_sequences_map_to_their_stop_reasons(messages_gateway: GatewayServer) -> None:

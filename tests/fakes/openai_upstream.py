@@ -26,7 +26,8 @@ succeed"). Every request is recorded in ``upstream.requests`` so tests can check
 it returns ``"bad_json"`` (arguments cut in half), ``"unknown_name"`` (an undeclared name) or None.
 
 ``vllm_stop_reason=True`` adds vLLM's ``stop_reason`` to each finished choice: the stop sequence that
-matched, or null.
+matched, or null. ``reasoning="..."`` gives text answers that reasoning text as ``reasoning_content``
+(streamed word by word before the content), as llama.cpp and vLLM do for reasoning models.
 
 ``llamacpp_quirks=True`` reproduces llama-server: an assistant message with neither ``content`` nor
 ``tool_calls`` gets a 400, and a ``tool_choice`` that is not a string is ignored (as "auto").
@@ -151,9 +152,11 @@ class FakeOpenAIUpstream:
         chunk_delay: float = 0.0,
         tool_fault: Callable[[dict[str, Any]], str | None] | None = None,
         vllm_stop_reason: bool = False,
+        reasoning: str | None = None,
     ) -> None:
         self.tool_fault = tool_fault
         self.vllm_stop_reason = vllm_stop_reason
+        self.reasoning = reasoning
         self.host = host
         self.port = port
         self.llamacpp_quirks = llamacpp_quirks
@@ -548,6 +551,8 @@ class _ChatAnswer(_Answer):
                 ]
             else:
                 message["content"] = "".join(self.tokens)
+                if self.up.reasoning:
+                    message["reasoning_content"] = self.up.reasoning
             logprobs = None
             if self.logprobs and self.tool is None:
                 logprobs = {
@@ -596,6 +601,9 @@ class _ChatAnswer(_Answer):
                     call: dict[str, Any] = {"index": 0, "function": {"arguments": fragment}}
                     yield self._chunk(i, {"tool_calls": [call]})
         else:
+            for word in _words(self.up.reasoning or ""):
+                for i in range(self.n):
+                    yield self._chunk(i, {"reasoning_content": word})
             for p, token in enumerate(self.tokens):
                 for i in range(self.n):
                     logprobs = None

@@ -121,6 +121,13 @@ def test_images_pass_through_as_image_url_parts() -> None:
     ]
 
 
+def test_thinking_is_asked_for_by_enabled_or_adaptive() -> None:
+    assert to_chat(body(thinking={"type": "enabled", "budget_tokens": 1024})).thinking
+    assert to_chat(body(thinking={"type": "adaptive"})).thinking
+    assert not to_chat(body(thinking={"type": "disabled"})).thinking and not to_chat(body()).thinking
+    assert "thinking" not in to_chat(body(thinking={"type": "enabled", "budget_tokens": 1024})).body
+
+
 def test_count_tokens_needs_no_max_tokens_but_messages_does() -> None:
     request = body()
     del request["max_tokens"]
@@ -166,6 +173,8 @@ def test_count_tokens_needs_no_max_tokens_but_messages_does() -> None:
         ({"tools": [TOOL], "tool_choice": {"type": "tool", "name": "other"}}, "tool_choice.name"),
         ({"tool_choice": {"type": "any"}}, "tool_choice"),
         ({"provider": {"sort": "cheapest"}}, "provider.sort"),
+        ({"thinking": {"type": "on"}}, "thinking.type"),
+        ({"thinking": True}, "thinking"),
         ({"output_config": {"format": {"type": "json_object"}}}, "output_config.format.type"),
         ({"output_config": {"format": {"type": "json_schema", "schema": "x"}}}, "output_config.format.schema"),
     ],
@@ -199,7 +208,7 @@ JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["type", "text", "role", "content", "source", "name", "input", "id", "tool_use_id", "is_error", "media_type", "data", "url", "input_schema"]), inner, max_size=4),
     max_leaves=12,
 )
-FIELDS = st.sampled_from(["output_config", "model", "max_tokens", "messages", "system", "tools", "tool_choice", "stop_sequences", "temperature", "top_p", "top_k", "metadata", "stream", "provider"])
+FIELDS = st.sampled_from(["thinking", "output_config", "model", "max_tokens", "messages", "system", "tools", "tool_choice", "stop_sequences", "temperature", "top_p", "top_k", "metadata", "stream", "provider"])
 
 
 @settings(max_examples=400, deadline=None, derandomize=True)

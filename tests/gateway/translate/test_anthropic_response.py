@@ -143,3 +143,26 @@ def test_two_parallel_tool_calls_are_two_blocks() -> None:
     got = events(stream.frame([chunk({"tool_calls": calls}), chunk({}, "tool_calls")]) + stream.end())
     starts = [d for name, d in got if name == "content_block_start"]
     assert [(s["index"], s["content_block"]["id"]) for s in starts] == [(0, "a"), (1, "b")]
+
+
+def test_reasoning_becomes_a_thinking_block_only_when_the_client_asked() -> None:
+    body = chat({"role": "assistant", "content": "42", "reasoning_content": "6 times 7"})
+    asked = to_message(body, model="m", message_id="msg_1", stop_sequences=(), thinking=True)
+    assert asked["content"] == [{"type": "thinking", "thinking": "6 times 7", "signature": ""}, {"type": "text", "text": "42"}]
+    assert message(body)["content"] == [{"type": "text", "text": "42"}]
+
+
+def test_streamed_reasoning_is_a_thinking_block_before_the_text() -> None:
+    stream = MessagesStream(model="m", message_id="msg_1", input_tokens=1, stop_sequences=(), thinking=True)
+    raw = stream.frame([chunk({"reasoning_content": "6 times"}), chunk({"reasoning_content": " 7"}), chunk({"content": "42"}), chunk({}, "stop")])
+    got = events(raw + stream.end())
+    starts = [d["content_block"] for name, d in got if name == "content_block_start"]
+    assert starts == [{"type": "thinking", "thinking": "", "signature": ""}, {"type": "text", "text": ""}]
+    deltas = [d["delta"] for name, d in got if name == "content_block_delta"]
+    assert deltas == [
+        {"type": "thinking_delta", "thinking": "6 times"},
+        {"type": "thinking_delta", "thinking": " 7"},
+        {"type": "text_delta", "text": "42"},
+    ]
+    quiet = MessagesStream(model="m", message_id="msg_1", input_tokens=1, stop_sequences=())
+    assert b"thinking" not in quiet.frame([chunk({"reasoning_content": "hidden"})])
