@@ -19,7 +19,7 @@ from gateway.admin_sessions import SessionStore
 from gateway.catalog import Catalog, Endpoint, endpoints_from_settings
 from gateway.config import Settings
 from gateway.health_states import HealthStates
-from gateway.http import admin, admin_api, admin_probes, health, openai_routes, route_admin
+from gateway.http import admin, admin_api, admin_probes, health, messages_routes, openai_routes, route_admin
 from gateway.http import dashboard
 from gateway.http import metrics as metrics_route
 from gateway.http.fast import GatewayApp
@@ -203,8 +203,8 @@ def create_app(
             await close_within(state, scheduler, client, shutdown or Deadline(closing_budget(settings)), bool(engines))
 
     return GatewayApp(
-        fast_routes=openai_routes.fast_routes,
-        routes=[*openai_routes.routes, *health.routes, *admin.routes, *admin_api.routes, *admin_probes.routes, *metrics_route.routes, *route_admin.routes, *dashboard.routes],
+        fast_routes={**openai_routes.fast_routes, **messages_routes.fast_routes},
+        routes=[*openai_routes.routes, *messages_routes.routes, *health.routes, *admin.routes, *admin_api.routes, *admin_probes.routes, *metrics_route.routes, *route_admin.routes, *dashboard.routes],
         middleware=[Middleware(RequestIdMiddleware), Middleware(admin.NoStoreMiddleware)],
         exception_handlers={404: not_found, 405: method_not_allowed, Exception: server_error},
         lifespan=lifespan,

@@ -29,6 +29,10 @@ counts what was injected, by kind.
 ``tool_fault`` (a callable given each chat request body that gets a tool call) may break that call:
 it returns ``"bad_json"`` (arguments cut in half), ``"unknown_name"`` (an undeclared name) or None.
 
+``vllm_stop_reason=True`` adds vLLM's ``stop_reason`` to each finished choice: the stop sequence that
+matched, or null. ``reasoning="..."`` gives text answers that reasoning text as ``reasoning_content``
+(streamed word by word before the content), as llama.cpp and vLLM do for reasoning models.
+
 ``llamacpp_quirks=True`` reproduces llama-server: an assistant message with neither ``content`` nor
 ``tool_calls`` gets a 400, and a ``tool_choice`` that is not a string is ignored (as "auto").
 
@@ -159,8 +163,12 @@ class FakeOpenAIUpstream:
         faults: Sequence[tuple[float, Behaviour]] = (),
         seed: int = 0,
         keep_requests: bool = True,
+        vllm_stop_reason: bool = False,
+        reasoning: str | None = None,
     ) -> None:
         self.tool_fault = tool_fault
+        self.vllm_stop_reason = vllm_stop_reason
+        self.reasoning = reasoning
         assert sum(share for share, _ in faults) <= 1.0, "fault shares add up to more than 1"
         self.faults = list(faults)
         self.injected: Counter[str] = Counter()
@@ -472,6 +480,14 @@ def _truncate(tokens: list[str], body: dict[str, Any], default_finish: str) -> t
     return tokens, finish
 
 
+def _matched_stop(tokens: list[str], body: dict[str, Any]) -> str | None:
+    """The stop sequence `_truncate` cut at (the earliest), as vLLM reports it."""
+    stop = body.get("stop")
+    text = "".join(tokens)
+    found = [(text.find(s), s) for s in ([stop] if isinstance(stop, str) else list(stop or [])) if s and s in text]
+    return min(found)[1] if found else None
+
+
 def _sample_arguments(parameters: Any) -> dict[str, Any]:
     """Arguments matching a JSON schema's properties: enums take their first value."""
     props = parameters.get("properties") if isinstance(parameters, dict) else None
@@ -512,6 +528,9 @@ class _ChatAnswer(_Answer):
         else:
             last_user = next((m for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"), {})
             self.tokens, self.finish = _truncate(_words(REPLY_PREFIX + _content_text(last_user)), body, "stop")
+            self.matched_stop = _matched_stop(_words(REPLY_PREFIX + _content_text(last_user)), body)
+        if self.tool is not None or fmt in ("json_object", "json_schema") or self.finish != "stop":
+            self.matched_stop = None
         self.top = body.get("top_logprobs") or 0
         self.logprobs = bool(body.get("logprobs"))
 
@@ -564,6 +583,8 @@ class _ChatAnswer(_Answer):
                 ]
             else:
                 message["content"] = "".join(self.tokens)
+                if self.up.reasoning:
+                    message["reasoning_content"] = self.up.reasoning
             logprobs = None
             if self.logprobs and self.tool is None:
                 logprobs = {
@@ -571,6 +592,8 @@ class _ChatAnswer(_Answer):
                     "refusal": None,
                 }
             choices.append({"index": i, "message": message, "logprobs": logprobs, "finish_reason": self.finish})
+            if self.up.vllm_stop_reason:
+                choices[-1]["stop_reason"] = self.matched_stop
         out = self._base("chat.completion")
         out["choices"] = choices
         out["usage"] = _usage(self.prompt_tokens, self._completion_tokens(), self.up.cached_tokens)
@@ -610,6 +633,9 @@ class _ChatAnswer(_Answer):
                     call: dict[str, Any] = {"index": 0, "function": {"arguments": fragment}}
                     yield self._chunk(i, {"tool_calls": [call]})
         else:
+            for word in _words(self.up.reasoning or ""):
+                for i in range(self.n):
+                    yield self._chunk(i, {"reasoning_content": word})
             for p, token in enumerate(self.tokens):
                 for i in range(self.n):
                     logprobs = None
@@ -617,7 +643,10 @@ class _ChatAnswer(_Answer):
                         logprobs = {"content": [_chat_logprob(token, p, self.top)], "refusal": None}
                     yield self._chunk(i, {"content": token}, logprobs=logprobs)
         for i in range(self.n):
-            yield self._chunk(i, {}, self.finish)
+            last = self._chunk(i, {}, self.finish)
+            if self.up.vllm_stop_reason:
+                last["choices"][0]["stop_reason"] = self.matched_stop
+            yield last
         if self.wants_usage:
             out = self._base("chat.completion.chunk")
             out["choices"] = []
