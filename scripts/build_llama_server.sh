@@ -70,7 +70,7 @@ if [ ! -x "$out/llama-server" ]; then
     .venv/bin/pip install --quiet cmake
     cmake=.venv/bin/cmake
   fi
-  echo "==> building llama-server ($backend, $CMAKE_BUILD_PARALLEL_LEVEL jobs; about 10 minutes on 2 cores)" >&2
+  echo "==> building llama-server ($backend, $CMAKE_BUILD_PARALLEL_LEVEL jobs; about 8 minutes on 2 idle cores)" >&2
   work="$(mktemp -d "$cache/build.XXXXXX")"
   trap 'rm -rf "$work"' EXIT
   tar -xzf "$sdist" -C "$work" --strip-components=1 --wildcards '*/vendor/llama.cpp/*'

