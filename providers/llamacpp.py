@@ -17,7 +17,10 @@ What it still gets wrong against the official SDK (llama.cpp as vendored in llam
   request then fails before an answer); each request asks for its connection to be closed after it
   (a loopback connect costs about 0.1 ms);
 - ``n`` above its slot count is a 400: engine endpoints declare ``Capabilities.native_n = False``
-  and dispatch fans out (`gateway.pipeline.fanout`).
+  and dispatch fans out (`gateway.pipeline.fanout`);
+- tool-call ids are 32 random letters and digits, where OpenAI's (and what clients that check or
+  log them expect) begin with ``call_``: the prefix is added, the same way in every chunk of a
+  stream, so the id a client echoes back in its ``tool`` message is the one it got.
 Still wrong and not normalised: a tool call cut by ``max_tokens`` before its name is complete comes
 back as its first characters in ``content``, and one cut inside a later call's key was seen as a
 500 ("Failed to parse tool call arguments as JSON");
@@ -34,6 +37,8 @@ from typing import Any
 
 from providers.base import Operation, Target, UpstreamRequest
 from providers.openai_compat import OpenAICompatAdapter, OpenAIStreamTranslator
+
+_CALL_ID_PREFIX = "call_"
 
 # OpenAI's sampling, where llama-server's defaults differ (its: 0.8, 0.95, 40, 0.05).
 _OPENAI_SAMPLING = (("temperature", 1.0), ("top_p", 1.0), ("top_k", 0), ("min_p", 0.0))
@@ -74,6 +79,32 @@ class LlamaCppAdapter(OpenAICompatAdapter):
             payload["messages"] = [*messages, {"role": "assistant", "content": self.forced_call_prefix}]
         return payload
 
+    def normalise_response(self, obj: dict[str, Any]) -> dict[str, Any]:
+        for choice in _items(obj.get("choices")):
+            if isinstance(message := choice.get("message"), dict):
+                _prefix_call_ids(message.get("tool_calls"))
+        return obj
+
+
+class LlamaCppStreamTranslator(OpenAIStreamTranslator):
+    __slots__ = ()
+
+    def normalise_chunk(self, obj: dict[str, Any]) -> None:
+        for choice in _items(obj.get("choices")):
+            if isinstance(delta := choice.get("delta"), dict):
+                _prefix_call_ids(delta.get("tool_calls"))
+
+
+def _items(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _prefix_call_ids(calls: Any) -> None:
+    for call in _items(calls):
+        call_id = call.get("id")
+        if isinstance(call_id, str) and call_id and not call_id.startswith(_CALL_ID_PREFIX):
+            call["id"] = _CALL_ID_PREFIX + call_id
+
 
 def _lacks_content(message: Any) -> bool:
     return (
@@ -84,5 +115,4 @@ def _lacks_content(message: Any) -> bool:
     )
 
 
-# Its stream events need no normalising.
-LlamaCppAdapter.translator_class = OpenAIStreamTranslator
+LlamaCppAdapter.translator_class = LlamaCppStreamTranslator

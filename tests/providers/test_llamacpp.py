@@ -118,6 +118,34 @@ def test_streams_always_ask_for_usage() -> None:
     assert sent({"messages": HI}, stream=True)["stream_options"] == {"include_usage": True}
 
 
+# -- tool-call ids: OpenAI's `call_` form ------------------------------------------------------
+
+ENGINE_ID = "Xq3Zk0b7TnVwLr9aPc2Ms5Hd8Jf1Ge4U"  # what llama-server's gen_tool_call_id makes: 32 random alnum
+
+
+def test_tool_call_ids_of_an_answer_get_openais_call_prefix() -> None:
+    calls = [{**CALL, "id": ENGINE_ID}, {**CALL, "id": "call_kept"}, {**CALL, "id": ""}]
+    body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": calls}}]}
+    got = orjson.loads(ADAPTER.parse_response(TARGET, "chat", orjson.dumps(body)).body)
+    assert [c["id"] for c in got["choices"][0]["message"]["tool_calls"]] == [f"call_{ENGINE_ID}", "call_kept", ""]
+
+
+def test_tool_call_ids_of_a_stream_get_the_same_prefix_in_every_chunk() -> None:
+    translator = ADAPTER.stream_translator(TARGET, "chat", {"stream": True})
+    first = {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": ENGINE_ID, "type": "function",
+                                                               "function": {"name": "get_weather", "arguments": ""}}]}}]}
+    later = {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}}]}
+    chunks = [orjson.loads(translator.feed(None, orjson.dumps(c)).payloads[0]) for c in (first, later)]
+    assert chunks[0]["choices"][0]["delta"]["tool_calls"][0]["id"] == f"call_{ENGINE_ID}"
+    assert "id" not in chunks[1]["choices"][0]["delta"]["tool_calls"][0]
+
+
+def test_answers_without_tool_calls_are_left_alone() -> None:
+    body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}, "junk"], "id": "chatcmpl-1"}
+    got = orjson.loads(ADAPTER.parse_response(TARGET, "chat", orjson.dumps(body)).body)
+    assert got["choices"] == body["choices"] and got["id"] == "chatcmpl-1"
+
+
 def test_the_bundled_engine_gets_the_prefilling_adapter() -> None:
     class Supervisor:
         replicas = [Replica(0, 9001, "http://127.0.0.1:9001/v1", "smollm2-135m-instruct")]

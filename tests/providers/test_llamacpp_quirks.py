@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import re
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -91,6 +92,31 @@ async def test_required_lets_the_model_talk_instead_of_calling(engine: EngineSup
     assert raw["finish_reason"] == "length" and not raw["message"].get("tool_calls") and raw["message"]["content"]
     fixed = (await chat(engine, as_adapter_sends(body | {"max_tokens": 200}))).json()["choices"][0]
     assert fixed["finish_reason"] == "tool_calls" and fixed["message"]["tool_calls"]
+
+
+async def test_its_tool_call_ids_are_not_openais(engine: EngineSupervisor) -> None:
+    # 32 random letters and digits (llama.cpp's gen_tool_call_id); OpenAI's begin with `call_`.
+    body = as_adapter_sends({"messages": WEATHER_Q, "tools": [WEATHER], "tool_choice": "required", "temperature": 0, "max_tokens": 200})
+    target = Target(endpoint_id="local-0", base_url=engine.replicas[0].base_url, upstream_model=MODEL, public_model=MODEL)
+    adapter = engine_adapter(CFG)
+    raw = await chat(engine, body)
+    ids = [c["id"] for c in raw.json()["choices"][0]["message"]["tool_calls"]]
+    assert ids and all(re.fullmatch(r"[0-9A-Za-z]{32}", i) for i in ids), ids
+    fixed = orjson.loads(adapter.parse_response(target, "chat", raw.content).body)
+    assert [c["id"] for c in fixed["choices"][0]["message"]["tool_calls"]] == [f"call_{i}" for i in ids]
+
+    translator = adapter.stream_translator(target, "chat", {**body, "stream": True})
+    raw_ids, fixed_ids = [], []
+    async with httpx.AsyncClient(base_url=engine.replicas[0].base_url, timeout=120) as client:
+        async with client.stream("POST", "/chat/completions", json={**body, "stream": True}) as response:
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                raw_ids += [c["id"] for ch in orjson.loads(line[6:]).get("choices", []) for c in ch["delta"].get("tool_calls") or [] if "id" in c]
+                for payload in translator.feed(None, line[6:].encode()).payloads:
+                    fixed_ids += [c["id"] for ch in orjson.loads(payload)["choices"] for c in ch["delta"].get("tool_calls") or [] if "id" in c]
+    assert raw_ids and all(re.fullmatch(r"[0-9A-Za-z]{32}", i) for i in raw_ids), raw_ids
+    assert fixed_ids == [f"call_{i}" for i in raw_ids]
 
 
 async def test_an_assistant_turn_without_content_is_a_400(engine: EngineSupervisor) -> None:

@@ -222,3 +222,35 @@ async def test_start_up_is_quiet(caplog: pytest.LogCaptureFixture) -> None:
     loud = [r.getMessage() for r in engine_lines if r.levelno >= logging.INFO]
     assert len(engine_lines) > 5 and loud == []
     assert not any("/health" in r.getMessage() for r in engine_lines)
+
+
+async def test_a_conversation_comes_back_to_the_slot_holding_it_without_id_slot(engine: EngineSupervisor) -> None:
+    # Why the gateway sends no `id_slot`: llama-server gives a request the idle slot whose prompt
+    # shares the longest prefix with it (--slot-prompt-similarity, 0.1 by default), least recently
+    # used only when none does, so a later turn finds its slot by itself (a busy one would be waited for).
+    topics = ("rivers", "volcanoes", "glaciers", "deserts")
+    conversations = {
+        t: [{"role": "system", "content": f"{t.title()} expert. " + " ".join(f"Fact {i} about {t}." for i in range(30))},
+            {"role": "user", "content": f"Tell me about {t}."}]
+        for t in topics
+    }
+    root = engine.replicas[0].base_url.removesuffix("/v1")
+    async with httpx.AsyncClient(base_url=engine.replicas[0].base_url, timeout=60) as client:
+
+        async def turn(topic: str) -> tuple[int, dict]:
+            body = CHAT | {"messages": conversations[topic], "max_tokens": 4}
+            answer = (await client.post("/chat/completions", json=body)).json()
+            conversations[topic] += [{"role": "assistant", "content": answer["choices"][0]["message"]["content"]},
+                                     {"role": "user", "content": "And then?"}]
+            slots = (await client.get(root + "/slots")).json()
+            (last,) = [s["id"] for s in slots if s.get("id_task") == max(x.get("id_task", -1) for x in slots)]
+            return last, answer["usage"]
+
+        first = {t: (await turn(t))[0] for t in topics}
+        assert sorted(first.values()) == [0, 1, 2, 3]  # each conversation on a slot of its own
+        # The least recently used slot is rivers'; volcanoes' next turn still goes to its own.
+        slot, usage = await turn("volcanoes")
+        assert slot == first["volcanoes"] != first["rivers"]
+        assert usage["prompt_tokens_details"]["cached_tokens"] > 0.8 * usage["prompt_tokens"]
+        slot, _ = await turn("rivers")
+        assert slot == first["rivers"]
