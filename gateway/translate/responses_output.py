@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from gateway.translate.responses_request import new_id
 
 Body = dict[str, Any]
@@ -22,6 +24,30 @@ FINISH = {
 }
 
 
+def obj(value: Any) -> Body:
+    """`value` when it is an object, else {}: upstream answers are untrusted in shape."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def status_of(finish_reason: Any) -> tuple[str, str | None]:
+    return FINISH.get(finish_reason, ("completed", None)) if isinstance(finish_reason, str) else ("completed", None)
+
+
+def chat_logprobs(choice: Body) -> Any:
+    return obj(choice.get("logprobs")).get("content")
+
+
+def arguments_of(fn: Body) -> str:
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        return args
+    return orjson.dumps(args).decode() if isinstance(args, dict) else ""  # some upstreams send an object
+
+
 def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
@@ -32,8 +58,8 @@ def usage_from_chat(usage: Any) -> Body | None:
         return None
     prompt = _count(usage.get("prompt_tokens"))
     completion = _count(usage.get("completion_tokens"))
-    prompt_details = usage.get("prompt_tokens_details") or {}
-    completion_details = usage.get("completion_tokens_details") or {}
+    prompt_details = obj(usage.get("prompt_tokens_details"))
+    completion_details = obj(usage.get("completion_tokens_details"))
     return {
         "input_tokens": prompt,
         "input_tokens_details": {"cached_tokens": _count(prompt_details.get("cached_tokens"))},
@@ -45,23 +71,28 @@ def usage_from_chat(usage: Any) -> Body | None:
 
 def logprobs_from_chat(entries: Any) -> list[Body]:
     """Chat `logprobs.content` entries -> Responses output_text logprobs (same fields)."""
-    out = []
-    for entry in entries or ():
-        if not isinstance(entry, dict):
-            continue
-        out.append(
-            {
-                "token": entry.get("token", ""),
-                "logprob": entry.get("logprob", 0.0),
-                "bytes": entry.get("bytes") or [],
-                "top_logprobs": [
-                    {"token": t.get("token", ""), "logprob": t.get("logprob", 0.0), "bytes": t.get("bytes") or []}
-                    for t in entry.get("top_logprobs") or ()
-                    if isinstance(t, dict)
-                ],
-            }
-        )
-    return out
+    if not isinstance(entries, list):
+        return []
+    return [
+        {
+            **_token(entry),
+            "top_logprobs": [_token(t) for t in entry.get("top_logprobs") or () if isinstance(t, dict)]
+            if isinstance(entry.get("top_logprobs"), list)
+            else [],
+        }
+        for entry in entries
+        if isinstance(entry, dict)
+    ]
+
+
+def _token(entry: Body) -> Body:
+    logprob = entry.get("logprob")
+    raw = entry.get("bytes")
+    return {
+        "token": as_text(entry.get("token")),
+        "logprob": logprob if isinstance(logprob, (int, float)) and not isinstance(logprob, bool) else 0.0,
+        "bytes": raw if isinstance(raw, list) else [],
+    }
 
 
 def text_part(text: str, logprobs: list[Body] | None) -> Body:
@@ -97,7 +128,7 @@ def envelope(response_id: str, created_at: int, model: str, echo: Body, status: 
 
 
 def finish(response: Body, finish_reason: Any, usage: Body | None) -> None:
-    status, reason = FINISH.get(finish_reason, ("completed", None))
+    status, reason = status_of(finish_reason)
     response["status"] = status
     response["incomplete_details"] = {"reason": reason} if reason else None
     response["usage"] = usage
@@ -106,27 +137,27 @@ def finish(response: Body, finish_reason: Any, usage: Body | None) -> None:
 def response_from_chat(chat: Body, response_id: str, created_at: int, model: str, echo: Body, logprobs: bool) -> Body:
     """A non-streamed chat completion as a Responses `response`."""
     response = envelope(response_id, created_at, model, echo, "completed")
-    choices = chat.get("choices") or [{}]
-    choice = choices[0] if isinstance(choices[0], dict) else {}
-    message = choice.get("message") or {}
-    status, _ = FINISH.get(choice.get("finish_reason"), ("completed", None))
+    choices = chat.get("choices")
+    choice = obj(choices[0]) if isinstance(choices, list) and choices else {}
+    message = obj(choice.get("message"))
+    status, _ = status_of(choice.get("finish_reason"))
     parts: list[Body] = []
     content = message.get("content")
     if isinstance(content, str) and content:
-        lp = logprobs_from_chat((choice.get("logprobs") or {}).get("content")) if logprobs else None
+        lp = logprobs_from_chat(chat_logprobs(choice)) if logprobs else None
         parts.append(text_part(content, lp))
     refusal = message.get("refusal")
     if isinstance(refusal, str) and refusal:
         parts.append({"type": "refusal", "refusal": refusal})
     if parts:
         response["output"].append(message_item(new_id("msg"), parts, status))
-    for call in message.get("tool_calls") or ():
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
         if not isinstance(call, dict):
             continue
-        fn = call.get("function") or {}
-        response["output"].append(
-            call_item(new_id("fc"), call.get("id") or new_id("call"), fn.get("name", ""), fn.get("arguments") or "", "completed")
-        )
+        fn = obj(call.get("function"))
+        call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else new_id("call")
+        response["output"].append(call_item(new_id("fc"), call_id, as_text(fn.get("name")), arguments_of(fn), "completed"))
     finish(response, choice.get("finish_reason"), usage_from_chat(chat.get("usage")))
     return response
 

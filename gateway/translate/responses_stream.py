@@ -22,10 +22,13 @@ import orjson
 
 from gateway.translate.responses_output import (
     call_item,
+    chat_logprobs,
     envelope,
     finish,
     logprobs_from_chat,
     message_item,
+    as_text,
+    obj,
     text_part,
     usage_from_chat,
 )
@@ -77,18 +80,20 @@ class ResponseStream:
         out: list[bytes] = []
         if chunk.get("usage") is not None:
             self._usage = usage_from_chat(chunk["usage"])
-        for choice in chunk.get("choices") or ():
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") or {}
+            delta = obj(choice.get("delta"))
             content = delta.get("content")
             if isinstance(content, str) and content:
-                lp = logprobs_from_chat((choice.get("logprobs") or {}).get("content")) if self._logprobs else []
+                lp = logprobs_from_chat(chat_logprobs(choice)) if self._logprobs else []
                 out.append(self._text_delta(content, lp))
-            for call in delta.get("tool_calls") or ():
+            calls = delta.get("tool_calls")
+            for call in calls if isinstance(calls, list) else ():
                 if isinstance(call, dict):
                     out.extend(self._call_delta(call))
-            if choice.get("finish_reason"):
+            if isinstance(choice.get("finish_reason"), str):
                 self._finish_reason = choice["finish_reason"]
         return b"".join(out)
 
@@ -121,14 +126,14 @@ class ResponseStream:
 
     def _call_delta(self, delta: Body) -> list[bytes]:
         index = delta.get("index", 0)
+        index = index if isinstance(index, int) else 0
+        call_id = delta.get("id") if isinstance(delta.get("id"), str) and delta.get("id") else None
         call = self._calls.get(index)
         if call is None:
-            call = self._calls[index] = _Call(new_id("fc"), delta.get("id") or new_id("call"))
-        elif delta.get("id") and not call.arguments and call.output_index is None:
-            call.call_id = delta["id"]
-        fn = delta.get("function") or {}
-        if isinstance(fn.get("name"), str) and fn["name"]:
-            call.name += fn["name"] if call.output_index is None else ""
+            call = self._calls[index] = _Call(new_id("fc"), call_id or new_id("call"))
+        fn = obj(delta.get("function"))
+        if call.output_index is None:  # names come whole in one delta at OpenAI; some send pieces
+            call.name += as_text(fn.get("name"))
         fragment = fn.get("arguments")
         out: list[bytes] = []
         if call.output_index is None and call.name:
