@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from pydantic import BaseModel
 
 from gateway.app import create_app
 from gateway.config import Settings, load_config
@@ -20,7 +21,7 @@ from tests.e2e.conftest import GATEWAY_KEY, RETRY, TIMEOUTS, async_client, sync_
 from tests.fakes.openai_upstream import FakeOpenAIUpstream
 from tests.fakes.scripted_chat import Reply, ScriptedChat
 from tests.fakes.servers import BackgroundLoop, GatewayServer
-from tests.gateway.state_store.redis_helpers import REDIS_URL, delete_prefix, redis_available, unique_prefix
+from tests.gateway.state_store.redis_helpers import REDIS_URL, delete_prefix, free_port, redis_available, unique_prefix
 from tests.services import require
 
 OTHER_KEY = "sk-gw-other-key-0005"
@@ -142,6 +143,17 @@ def test_json_schema_format(client: openai.OpenAI, upstream: FakeOpenAIUpstream)
     assert resp.text is not None and resp.text.format is not None and resp.text.format.type == "json_schema"
     sent = upstream.requests_for("gpt-fake")[-1].body
     assert sent["response_format"] == {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}}
+
+
+class Answer(BaseModel):
+    answer: str
+
+
+def test_sdk_parse_with_a_pydantic_text_format(client: openai.OpenAI, upstream: FakeOpenAIUpstream) -> None:
+    parsed = client.responses.parse(model="chat-model", input="answer in json", text_format=Answer)
+    assert parsed.output_parsed == Answer(answer="ok")
+    fmt = upstream.requests_for("gpt-fake")[-1].body["response_format"]
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["name"] == "Answer" and fmt["json_schema"]["strict"] is True
 
 
 def test_include_logprobs(client: openai.OpenAI, upstream: FakeOpenAIUpstream) -> None:
@@ -469,3 +481,18 @@ def test_two_replicas_over_redis(
         _chain_across(start_gateway(settings), start_gateway(settings), upstream)
     finally:
         delete_prefix(prefix)
+
+
+def test_store_outage(start_gateway: Callable[..., GatewayServer], upstream: FakeOpenAIUpstream, scripted_server: ScriptedChat) -> None:
+    """A state store that does not answer: continuing a conversation is a retryable 503 (never a 404
+    that says the id does not exist); a new response is still answered, just not retrievable."""
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    settings = settings_for(upstream.url, scripted_server.url, state_store={"backend": "redis", "url": dead, "timeout_s": 0.05})
+    with sync_client(start_gateway(settings)) as c:
+        with pytest.raises(openai.InternalServerError) as err:
+            c.responses.create(model="chat-model", input="x", previous_response_id="resp_abc")
+        assert err.value.status_code == 503 and err.value.body["code"] == "response_store_unavailable"  # type: ignore[index]
+        assert err.value.response.headers["retry-after"] == "1"
+        assert c.responses.create(model="chat-model", input="still answered").output_text == "You said: still answered"
+        with pytest.raises(openai.InternalServerError):
+            c.responses.retrieve("resp_abc")
