@@ -6,7 +6,10 @@ interleaved)."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -496,3 +499,67 @@ def test_store_outage(start_gateway: Callable[..., GatewayServer], upstream: Fak
         assert c.responses.create(model="chat-model", input="still answered").output_text == "You said: still answered"
         with pytest.raises(openai.InternalServerError):
             c.responses.retrieve("resp_abc")
+
+
+# -- the Node SDK ---------------------------------------------------------------------------
+
+NODE_DIR = Path(__file__).resolve().parent / "node"
+
+
+@pytest.fixture(scope="module")
+def node_outcomes(gw: GatewayServer, scripted_server: ScriptedChat) -> dict[str, Any]:
+    node = shutil.which("node")
+    assert node is not None, "Node.js is missing: scripts/test.sh installs it"
+    assert (NODE_DIR / "node_modules" / "openai").is_dir(), "the Node SDK is missing: run `npm ci` in tests/e2e/node"
+    scripted_server.reset()
+    scripted_server.script(Reply(calls=(("get_weather", '{"city": "Paris"}'),)), Reply(text="Sunny."), PARALLEL)
+    done = subprocess.run(
+        [node, str(NODE_DIR / "responses_check.mjs"), gw.url, GATEWAY_KEY],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def node_ok(outcomes: dict[str, Any], name: str) -> Any:
+    assert "error" not in outcomes[name], outcomes[name]
+    return outcomes[name]["ok"]
+
+
+def test_node_create_and_retrieve(node_outcomes: dict[str, Any]) -> None:
+    r = node_ok(node_outcomes, "create")
+    assert r["text"] == "You said: hello there" and r["sameOnRetrieve"] is True
+    assert r["usage"]["output_tokens"] == 4 and r["usage"]["total_tokens"] > 4
+
+
+def test_node_stream_helper(node_outcomes: dict[str, Any]) -> None:
+    r = node_ok(node_outcomes, "streamText")
+    assert r["text"] == r["final"] == "You said: stream me"
+    assert (r["first"], r["last"]) == ("response.created", "response.completed")
+    assert r["usage"]["output_tokens"] == 4
+
+
+def test_node_tool_round_trip(node_outcomes: dict[str, Any]) -> None:
+    r = node_ok(node_outcomes, "toolRoundTrip")
+    assert r["call"] == {"type": "function_call", "name": "get_weather", "arguments": '{"city": "Paris"}', "call_id": "call_0001_0"}
+    assert r["text"] == "Sunny."
+
+
+def test_node_streamed_parallel_calls(node_outcomes: dict[str, Any]) -> None:
+    r = node_ok(node_outcomes, "streamParallelCalls")
+    assert r["calls"] == [{"type": "function_call", "name": n, "arguments": a} for n, a in PARALLEL.calls]
+    assert r["deltas"] > 6
+
+
+def test_node_cut_stream_raises(node_outcomes: dict[str, Any]) -> None:
+    outcome = node_outcomes["cutStream"]
+    assert "error" in outcome, outcome
+    assert outcome["error"]["isAPIError"]
+
+
+def test_node_unknown_id_is_not_found(node_outcomes: dict[str, Any]) -> None:
+    outcome = node_outcomes["unknownId"]
+    assert outcome.get("error", {}).get("class") == "NotFoundError" and outcome["error"]["status"] == 404, outcome
