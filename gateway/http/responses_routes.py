@@ -43,7 +43,8 @@ from gateway.pipeline.validate import parse_json, validate
 from gateway.state import AppState
 from gateway.state_store.base import StoreUnavailable
 from gateway.state_store.responses import ResponseStore, StoredResponse
-from gateway.translate.responses_request import new_id, translate, validate_envelope
+from gateway.translate.responses_input import new_id
+from gateway.translate.responses_request import translate, validate_envelope
 from gateway.translate.responses_stream import ResponseStream
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from gateway.translate.responses_request import new_id
+from gateway.translate.responses_input import new_id
 
 Body = dict[str, Any]
 

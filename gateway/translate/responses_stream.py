@@ -32,7 +32,7 @@ from gateway.translate.responses_output import (
     text_part,
     usage_from_chat,
 )
-from gateway.translate.responses_request import new_id
+from gateway.translate.responses_input import new_id
 
 Body = dict[str, Any]
 
