@@ -39,7 +39,7 @@ from gateway.pipeline import responses as stage
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.dispatch import Completed, Streaming
 from gateway.pipeline.resolve import resolve
-from gateway.pipeline.validate import parse_json, validate
+from gateway.pipeline.validate import check_depth, parse_json, validate
 from gateway.state import AppState
 from gateway.state_store.base import StoreUnavailable
 from gateway.state_store.responses import ResponseStore, StoredResponse
@@ -88,6 +88,7 @@ class ResponsesEndpoint:
             ctx.key_name = state.auth.authenticate(_header(scope, b"authorization"))
             server = state.settings.server
             raw = parse_json(await read_body(scope, receive, server.max_body_bytes))
+            check_depth(raw, server.max_json_depth)
             validate_envelope(raw)
             store = state.responses
             assert store is not None  # build_state makes one

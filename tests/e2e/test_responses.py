@@ -427,6 +427,20 @@ def test_bad_input_is_400_naming_the_param(client: openai.OpenAI, fields: dict[s
     assert err.value.body["param"] == param, err.value.body  # type: ignore[index]
 
 
+def deep(levels: int) -> dict[str, Any]:
+    node: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        node = {"type": "object", "properties": {"x": node}}
+    return node
+
+
+def test_a_body_nested_too_deep_is_400_naming_the_responses_field(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model="chat-model", input="x", tools=[{"type": "function", "name": "f", "parameters": deep(40)}])
+    assert err.value.body["param"] == "tools[0].parameters.properties"  # type: ignore[index]
+    assert "nested deeper than the limit of 64 levels" in err.value.message
+
+
 def test_raw_http_errors(gw: GatewayServer) -> None:
     url = gw.url + "/responses"
     auth = {"authorization": f"Bearer {GATEWAY_KEY}"}
