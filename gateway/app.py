@@ -19,7 +19,7 @@ from gateway.admin_sessions import SessionStore
 from gateway.catalog import Catalog, Endpoint, endpoints_from_settings
 from gateway.config import Settings
 from gateway.health_states import HealthStates
-from gateway.http import admin, admin_api, admin_probes, health, messages_routes, openai_routes, route_admin
+from gateway.http import admin, admin_api, admin_probes, health, messages_routes, openai_routes, responses_routes, route_admin
 from gateway.http import dashboard
 from gateway.http import metrics as metrics_route
 from gateway.http.fast import GatewayApp
@@ -34,6 +34,7 @@ from gateway.routing.router import Router
 from gateway.routing.shared import SharedState, sync_limit_s
 from gateway.state import AppState
 from gateway.state_store import StateStore, open_store
+from gateway.state_store.responses import ResponseStore
 from probes.toolcalls.checker import ProcessChecker
 from probes.toolcalls.passive import SOURCE as TOOL_MONITOR
 from probes.toolcalls.passive import ToolCallMonitor
@@ -111,6 +112,7 @@ def build_state(
         router=router,
         shared=shared,
         tool_monitor=tool_monitor,
+        responses=ResponseStore(store, ttl_s=settings.responses.ttl_s),  # type: ignore[arg-type]  # both backends have kv_*
         loops=loops,
         sessions=SessionStore(idle=settings.auth.session_idle_timeout_s),
         admin_failures=FailureLimiter(settings.auth.admin_failures_per_minute),
@@ -203,8 +205,11 @@ def create_app(
             await close_within(state, scheduler, client, shutdown or Deadline(closing_budget(settings)), bool(engines))
 
     return GatewayApp(
-        fast_routes={**openai_routes.fast_routes, **messages_routes.fast_routes},
-        routes=[*openai_routes.routes, *messages_routes.routes, *health.routes, *admin.routes, *admin_api.routes, *admin_probes.routes, *metrics_route.routes, *route_admin.routes, *dashboard.routes],
+        fast_routes={**openai_routes.fast_routes, **messages_routes.fast_routes, **responses_routes.fast_routes},
+        routes=[
+            *openai_routes.routes, *messages_routes.routes, *responses_routes.routes, *health.routes, *admin.routes,
+            *admin_api.routes, *admin_probes.routes, *metrics_route.routes, *route_admin.routes, *dashboard.routes,
+        ],
         middleware=[Middleware(RequestIdMiddleware), Middleware(admin.NoStoreMiddleware)],
         exception_handlers={404: not_found, 405: method_not_allowed, Exception: server_error},
         lifespan=lifespan,

@@ -341,6 +341,13 @@ class MetricsConfig(_Frozen):
     require_auth: bool = False
 
 
+class ResponsesConfig(_Frozen):
+    """The Responses API's stored responses (`store: true`, `previous_response_id`): kept in the
+    state store (`state_store.backend`: redis shares them across replicas) for `ttl_s`."""
+
+    ttl_s: float = Field(7 * 86400, gt=0)
+
+
 def key_digest(raw: str) -> str:
     """The stored form of a gateway key: its sha256 hex digest (a 'sha256:' value is already one)."""
     if raw.startswith("sha256:"):
@@ -370,6 +377,7 @@ class Settings(BaseSettings):
     persistence: PersistenceConfig = PersistenceConfig()
     retention: RetentionConfig = RetentionConfig()
     metrics: MetricsConfig = MetricsConfig()
+    responses: ResponsesConfig = ResponsesConfig()
     probes: ProbeSettings = ProbeSettings()
     upstream: UpstreamConfig = UpstreamConfig()
 

@@ -25,6 +25,7 @@ from gateway.pipeline.dispatch import Dispatcher
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.router import Router
 from gateway.routing.shared import SharedState
+from gateway.state_store.responses import ResponseStore
 from providers.http import HTTPClient
 
 
@@ -55,6 +56,8 @@ class AppState:
     probes: Any = None
     # Passive tool-call validation of live responses (counts per endpoint; an alarm starts the suite).
     tool_monitor: ToolCallMonitor | None = None
+    # Stored Responses API responses (`store: true`), in the state store: shared when it is.
+    responses: ResponseStore | None = None
     # The background loops' heartbeats (/readyz, /metrics).
     loops: LoopHealth = field(default_factory=LoopHealth)
     # Set on SIGTERM (`gwctl serve`): /readyz turns unready first.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
 import orjson
@@ -195,6 +195,21 @@ class InferenceEndpoint:
             return
         await self._stream(state, ctx, result, receive, send)
 
+    def relay(
+        self,
+        state: AppState,
+        ctx: RequestContext,
+        result: Streaming,
+        failed_event: Callable[[GatewayError], bytes],
+        on_failure: Callable[[GatewayError], None],
+        *,
+        framing: Framing = CHAT,
+    ) -> AsyncIterator[bytes]:
+        """The client's event stream for a committed upstream stream (another API translates here)."""
+        return relay(
+            ctx, result, error_event=failed_event, on_failure=on_failure, on_finish=state.accountant.record, framing=framing
+        )
+
     async def _stream(
         self,
         state: AppState,
@@ -219,9 +234,7 @@ class InferenceEndpoint:
             note_failure(ctx, exc)
             return error_event(exc, ctx.request_id)
 
-        stream = relay(
-            ctx, result, error_event=failed_event, on_failure=on_failure, on_finish=state.accountant.record, framing=framing
-        )
+        stream = self.relay(state, ctx, result, failed_event, on_failure, framing=framing)
         task = asyncio.current_task()
         assert task is not None
         gone = False

@@ -71,6 +71,11 @@ def _too_deep(value: Any, levels_left: int) -> list[str | int] | None:
     return None
 
 
+def check_depth(body: Body, limit: int) -> None:
+    """The nesting check alone, for bodies of other APIs before they are translated."""
+    _depth(body, limit)
+
+
 def _depth(body: Body, limit: int) -> None:
     path = _too_deep(body, limit)
     if path is None:

@@ -14,6 +14,7 @@ from gateway.state_store.window import SlidingWindow
 # Latency vectors nobody updated for this many half-lives carry no weight: drop them.
 STALE_HALF_LIVES = 40
 AFFINITY_LOG_MAX = 100_000
+KV_SWEEP_MIN = 1024
 
 
 class MemoryStore:
@@ -29,7 +30,8 @@ class MemoryStore:
         self._latency: dict[str, tuple[float, dict[str, float]]] = {}
         self._log: deque[tuple[int, AffinityEntry]] = deque(maxlen=AFFINITY_LOG_MAX)
         self._seq = 0
-        self._kv: dict[str, tuple[float, bytes]] = {}  # key -> (expires, value): probe evidence
+        self._kv: dict[str, tuple[float, bytes]] = {}  # key -> (expires, value): probe evidence, responses
+        self._kv_sweep_at = KV_SWEEP_MIN
         self._leases: dict[str, tuple[float, str]] = {}  # key -> (expires, owner): probe leases
         self.closed = False
 
@@ -152,7 +154,15 @@ class MemoryStore:
         return entry[1]
 
     async def kv_put(self, key: str, value: bytes, ttl_s: float) -> None:
-        self._kv[key] = (self._clock() + ttl_s, value)
+        now = self._clock()
+        if len(self._kv) >= self._kv_sweep_at:  # stored responses come in numbers: drop the expired
+            self._kv = {k: v for k, v in self._kv.items() if v[0] > now}
+            self._kv_sweep_at = max(KV_SWEEP_MIN, 2 * len(self._kv))
+        self._kv[key] = (now + ttl_s, value)
+
+    async def kv_delete(self, key: str) -> bool:
+        entry = self._kv.pop(key, None)
+        return entry is not None and entry[0] > self._clock()
 
     async def lease_acquire(self, key: str, owner: str, ttl_s: float) -> bool:
         """Take the lease if it is free or expired, or renew it if `owner` holds it; True when held."""

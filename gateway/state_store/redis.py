@@ -10,7 +10,7 @@ object. Every key has a TTL. Layout (prefix ``gw:`` by default)::
     inflight          hash  <replica>\\x1f<ep> -> "n,prefill,expires_ms"
     lat:<ep>          hash  <field> -> decayed sum, _t -> server time of the last decay
     aff               stream  r=<replica> b=<packed batch of (endpoint, insert|truncate, uint64 blocks)>
-    kv:<key>          string with PX                      probe evidence (JSON)
+    kv:<key>          string with PX                      probe evidence (JSON), stored responses
     lease:<key>       string with PX                      a probe lease: the holder's name (set if free or ours)
 
 Connection errors and timeouts (`StateStoreConfig.timeout_s`, no client-side retries) become
@@ -426,6 +426,9 @@ class RedisStore:
 
     async def kv_put(self, key: str, value: bytes, ttl_s: float) -> None:
         await self._call(self._r.set(f"{self._p}kv:{key}", value, px=max(1, int(ttl_s * 1000))))
+
+    async def kv_delete(self, key: str) -> bool:
+        return bool(await self._call(self._r.delete(f"{self._p}kv:{key}")))
 
     async def lease_acquire(self, key: str, owner: str, ttl_s: float) -> bool:
         taken = await self._call(self._lease(keys=[f"{self._p}lease:{key}"], args=[owner, max(1, int(ttl_s * 1000))]))

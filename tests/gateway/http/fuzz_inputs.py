@@ -15,7 +15,7 @@ from typing import Any
 from tests.fakes.garbage_upstream import Garbage
 
 KEY = "sk-fuzz-key-000000000001"
-PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
 MODELS = ("chat", "fallback", "all-fail", "rate-limited", "cut", "invalid", "embed", "nope", "", "chat\u00e9")
 # Characters a client may put in JSON strings: ASCII first, then the awkward ones.
 ALPHABET = "abc xyz019_-./:{}[]\"\\\n\t\u00e9\u00ff\u0100\u4e2d\U0001f600\u202e\x00\x1f\ud800"
@@ -155,15 +155,41 @@ FIELDS: dict[str, Any] = {
     "encoding_format": lambda c: c.pick(("float", "base64")) if c.maybe() else c.value(0),
     "dimensions": Choices.number,
     "extra_field": Choices.value,
+    # the Responses API's own
+    "instructions": lambda c: c.text(20) if c.maybe() else c.value(0),
+    "text": lambda c: {"format": {"type": c.pick(("text", "json_object", "json_schema")), "name": "x", "schema": c.value(1)}}
+    if c.maybe()
+    else c.value(),
+    "include": lambda c: [c.pick(("message.output_text.logprobs", "x"))] if c.maybe() else c.value(),
+    "previous_response_id": lambda c: c.pick(("resp_x", "", "../k")) if c.maybe() else c.value(0),
+    "max_output_tokens": Choices.number,
+    "store": lambda c: c.maybe() if c.maybe() else c.value(0),
+    "metadata": lambda c: {c.text(5): c.text(5)} if c.maybe() else c.value(),
 }
 EXTRA_FIELDS = tuple(sorted(set(FIELDS) - {"messages", "prompt", "input"}))
 
 
-def body(c: Choices) -> bytes:
+def responses_input(c: Choices, text: str) -> Any:
+    if c.maybe():
+        return text
+    items: list[Any] = [{"role": "user", "content": text}]
+    for _ in range(c.below(3)):
+        kind = c.pick(("message", "function_call", "function_call_output", "reasoning", "x", None))
+        item: dict[str, Any] = {"type": kind} if kind else {}
+        for name in ("role", "content", "call_id", "name", "arguments", "output"):
+            if c.maybe():
+                item[name] = c.value(1) if c.below(3) == 0 else (c.pick(ROLES) if name == "role" else c.text(8))
+        items.append(item)
+    return items
+
+
+def body(c: Choices, path: str = "") -> bytes:
     kind = c.pick((0, 0, 0, 0, 1, 1, 1, 2, 3, 4))
     if kind == 0:  # a request the gateway takes, with a few generated fields on top
         text = c.text(30)
         out: dict[str, Any] = {"model": c.pick(MODELS[:6]), "messages": [{"role": "user", "content": text}], "prompt": text, "input": text}
+        if path == "/v1/responses":  # 'prompt' is a Responses field (templates) that the gateway refuses
+            out = {"model": out["model"], "input": responses_input(c, text)}
         for _ in range(c.below(3)):
             name = c.pick(EXTRA_FIELDS)
             out[name] = FIELDS[name](c)
@@ -215,7 +241,7 @@ def request(data: bytes) -> tuple[str, str, list[tuple[bytes, bytes]], bytes]:
     if c.below(40) == 39:
         return "GET", c.pick(("/v1/models", "/v1/models/chat", "/v1/chat/completions")), [], b""
     path = c.pick(PATHS)
-    payload = body(c)
+    payload = body(c, path)
     return "POST", path, headers(c, payload), payload
 
 
@@ -316,6 +342,12 @@ def garbage_case(data: bytes, first_byte: float, between_chunks: float) -> tuple
             out["logprobs"], out["top_logprobs"] = True, 2
     elif path == "/v1/completions":
         out["prompt"] = "once"
+    elif path == "/v1/responses":  # the garbage goes through the Responses translation
+        out["input"] = "hi"
+        if c.below(4) == 3:
+            out["include"], out["top_logprobs"] = ["message.output_text.logprobs"], 2
+        if c.below(4) == 3:
+            out["tools"] = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
     else:
         out = {"model": model, "input": "x"}
     return answer, path, dumps(out)

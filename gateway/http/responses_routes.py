@@ -1,0 +1,257 @@
+"""The OpenAI Responses API in front of Chat Completions upstreams.
+
+`POST /v1/responses` runs the chat pipeline's stages with a translation on each side:
+
+authenticate -> read + validate -> load `previous_response_id` -> translate to a chat request ->
+validate (chat) -> resolve -> route -> dispatch -> translate back (+ store) -> respond/stream -> account
+
+so routing, probes, limits, accounting and affinity see an ordinary chat request. The stored
+responses (`GET`, `DELETE`, `GET .../input_items`) are per gateway key: another key's id is a 404.
+`POST .../cancel` only applies to background responses, which this gateway does not make: a
+stored id gets a 400 saying so, an unknown one a 404.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from gateway.errors import GatewayError, InvalidRequest, NotFound, Unavailable
+from gateway.http.errors import error_body, error_response
+from gateway.http.openai_routes import (
+    ClientGone,
+    InferenceEndpoint,
+    _header,
+    _route_and_dispatch,
+    _send_error,
+    _send_json,
+    _until_disconnect,
+    note_failure,
+    read_body,
+)
+from gateway.pipeline import responses as stage
+from gateway.pipeline.context import RequestContext
+from gateway.pipeline.stream import CHAT, Framing
+from gateway.pipeline.dispatch import Completed, Streaming
+from gateway.pipeline.resolve import resolve
+from gateway.pipeline.validate import check_depth, parse_json, validate
+from gateway.state import AppState
+from gateway.state_store.base import StoreUnavailable
+from gateway.state_store.responses import ResponseStore, StoredResponse
+from gateway.translate.responses_input import new_id
+from gateway.translate.responses_request import translate, validate_envelope
+from gateway.translate.responses_stream import ResponseStream
+
+
+def _store_down(exc: StoreUnavailable) -> Unavailable:
+    return Unavailable(
+        f"The gateway's response store is not answering ({exc}); retry shortly.",
+        code="response_store_unavailable",
+        headers={"retry-after": "1"},
+    )
+
+
+def _missing(response_id: str) -> NotFound:
+    return NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+
+
+async def _load(store: ResponseStore, owner: str | None, response_id: str, param: str | None = None) -> StoredResponse:
+    try:
+        stored = await store.get(owner, response_id)
+    except StoreUnavailable as exc:
+        raise _store_down(exc) from None
+    if stored is None:
+        exc = _missing(response_id)
+        exc.param = param or exc.param
+        raise exc
+    return stored
+
+
+class ResponsesEndpoint:
+    """`POST /v1/responses` as a raw ASGI app, like the chat endpoint it builds on."""
+
+    def __init__(self, wall: Callable[[], float] = time.time) -> None:
+        self._wall = wall
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state: AppState = scope["state"]["gw"]
+        clock = state.clock
+        ctx = RequestContext(request_id=scope["gateway.request_id"], op="chat", started=clock())
+        if state.accountant.keep_bodies:
+            ctx.response_parts = []
+        try:
+            ctx.key_name = state.auth.authenticate(_header(scope, b"authorization"))
+            server = state.settings.server
+            raw = parse_json(await read_body(scope, receive, server.max_body_bytes))
+            check_depth(raw, server.max_json_depth)
+            validate_envelope(raw)
+            store = state.responses
+            assert store is not None  # build_state makes one
+            history: list[dict[str, object]] = []
+            if (previous := raw.get("previous_response_id")) is not None:
+                history = (await _load(store, ctx.key_name, previous, "previous_response_id")).conversation
+            request = translate(raw, history)
+            body = validate("chat", request.body, max_depth=server.max_json_depth)
+            ctx.body, ctx.model, ctx.stream = body, body["model"], bool(body.get("stream"))
+            turn = stage.Turn(
+                request, new_id("resp"), int(self._wall()), ctx.model, history, store if request.echo["store"] else None
+            )
+            candidates = resolve(state.catalog, "chat", ctx.model, body)
+            result = await _until_disconnect(receive, _route_and_dispatch(state, ctx, candidates))
+            if isinstance(result, Completed):
+                answer = await stage.complete(ctx, turn, result.body)
+        except ClientGone:
+            if ctx.model:
+                ctx.status, ctx.error = 499, "ClientDisconnected"
+                state.accountant.record(ctx)
+            return
+        except GatewayError as exc:
+            note_failure(ctx, exc)
+            try:
+                await _send_error(send, exc, ctx.response_headers(clock()))
+            finally:
+                state.accountant.record(ctx)
+            return
+        if isinstance(result, Completed):
+            if ctx.response_parts is not None:
+                ctx.response_parts.append(answer)
+            try:
+                await _send_json(send, 200, answer, ctx.response_headers(clock()))
+            finally:
+                state.accountant.record(ctx)
+            return
+        await _TurnStream(turn)._stream(state, ctx, result, receive, send)
+
+
+class _TurnStream(InferenceEndpoint):
+    """The chat endpoint's stream loop (disconnects, headers, accounting) around this turn's
+    translated relay: one per streamed request."""
+
+    def __init__(self, turn: stage.Turn) -> None:
+        super().__init__("chat")
+        self.turn = turn
+
+    def relay(
+        self,
+        state: AppState,
+        ctx: RequestContext,
+        result: Streaming,
+        failed_event: Callable[[GatewayError], bytes],
+        on_failure: Callable[[GatewayError], None],
+        *,
+        framing: Framing = CHAT,
+    ) -> AsyncIterator[bytes]:
+        return stage.relay(
+            ctx, self.turn, result, error_event=_error_event(ctx), on_failure=on_failure, on_finish=state.accountant.record
+        )
+
+
+def _error_event(ctx: RequestContext) -> Callable[[GatewayError, ResponseStream], bytes]:
+    def event(exc: GatewayError, events: ResponseStream) -> bytes:
+        note_failure(ctx, exc)
+        detail = error_body(exc, ctx.request_id)["error"]
+        return events.error(detail["code"], str(detail["message"]), str(detail["type"]), detail["param"])  # type: ignore[arg-type]
+
+    return event
+
+
+# -- stored responses ---------------------------------------------------------------------
+
+
+def _json(body: object, headers: dict[str, str]) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json", headers=headers)
+
+
+async def _stored(request: Request) -> StoredResponse:
+    state: AppState = request.state.gw
+    owner = state.auth.authenticate(request.headers.get("authorization"))
+    assert state.responses is not None
+    return await _load(state.responses, owner, request.path_params["response_id"])
+
+
+def _headers(request: Request) -> dict[str, str]:
+    return {"x-request-id": request.scope["gateway.request_id"]}
+
+
+async def retrieve(request: Request) -> Response:
+    try:
+        stored = await _stored(request)
+    except GatewayError as exc:
+        return error_response(exc, _headers(request))
+    return _json(stored.response, _headers(request))
+
+
+async def delete(request: Request) -> Response:
+    response_id = request.path_params["response_id"]
+    try:
+        state: AppState = request.state.gw
+        owner = state.auth.authenticate(request.headers.get("authorization"))
+        assert state.responses is not None
+        try:
+            found = await state.responses.delete(owner, response_id)
+        except StoreUnavailable as exc:
+            raise _store_down(exc) from None
+        if not found:
+            raise _missing(response_id)
+    except GatewayError as exc:
+        return error_response(exc, _headers(request))
+    return _json({"id": response_id, "object": "response", "deleted": True}, _headers(request))
+
+
+def _page_params(request: Request) -> tuple[int, str, str | None]:
+    query = request.query_params
+    raw_limit = query.get("limit", "20")
+    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 100:
+        raise InvalidRequest(f"Invalid 'limit': {raw_limit!r}; expected an integer from 1 to 100.", param="limit")
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise InvalidRequest(f"Invalid value for 'order': {order!r}. Supported values are: 'asc' and 'desc'.", param="order")
+    return int(raw_limit), order, query.get("after")
+
+
+async def input_items(request: Request) -> Response:
+    try:
+        limit, order, after = _page_params(request)
+        stored = await _stored(request)
+        items = stored.input_items if order == "asc" else stored.input_items[::-1]
+        if after is not None:
+            ids = [item["id"] for item in items]
+            if after not in ids:
+                raise InvalidRequest(f"Invalid 'after': no input item {after!r} in this response.", param="after")
+            items = items[ids.index(after) + 1 :]
+    except GatewayError as exc:
+        return error_response(exc, _headers(request))
+    page = items[:limit]
+    body = {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(items) > limit,
+    }
+    return _json(body, _headers(request))
+
+
+async def cancel(request: Request) -> Response:
+    try:
+        await _stored(request)
+        raise InvalidRequest("Only responses created with background=true can be cancelled.", param="response_id")
+    except GatewayError as exc:
+        return error_response(exc, _headers(request))
+
+
+create = ResponsesEndpoint()
+fast_routes = {"/v1/responses": create}
+routes = [
+    Route("/v1/responses", create, methods=["POST"]),
+    Route("/v1/responses/{response_id}", retrieve, methods=["GET"]),
+    Route("/v1/responses/{response_id}", delete, methods=["DELETE"]),
+    Route("/v1/responses/{response_id}/input_items", input_items, methods=["GET"]),
+    Route("/v1/responses/{response_id}/cancel", cancel, methods=["POST"]),
+]

@@ -1,0 +1,117 @@
+"""The Responses API's stage after dispatch: a committed chat answer becomes a Responses answer.
+
+`complete` translates a non-streamed chat completion; `relay` relays a committed chat stream as
+the Responses event stream (`gateway.translate.responses_stream`). Either stores the response
+when asked (`store`), before the client sees it completed, so a `previous_response_id` sent right
+after finds it on any replica. Like the chat relay, a stream that breaks ends with an `error`
+event and no completion: the SDKs raise, nothing looks finished.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.errors import GatewayError, ProviderError, ProviderStreamError
+from gateway.pipeline.context import RequestContext
+from gateway.pipeline.dispatch import Streaming
+from gateway.state_store.base import StoreUnavailable
+from gateway.state_store.responses import ResponseStore, StoredResponse
+from gateway.translate.responses_output import assistant_message, response_from_chat
+from gateway.translate.responses_request import ChatRequest
+from gateway.translate.responses_stream import ResponseStream
+
+log = logging.getLogger("gateway.responses")
+
+
+@dataclass(slots=True)
+class Turn:
+    """One Responses request on its way through the pipeline."""
+
+    request: ChatRequest
+    response_id: str
+    created_at: int
+    model: str
+    history: list[dict[str, Any]]  # the stored conversation it continues ([] without one)
+    store: ResponseStore | None  # None: `store: false`
+
+
+async def keep(ctx: RequestContext, turn: Turn, response: dict[str, Any]) -> None:
+    """Store the finished response with the conversation so far; a store outage is logged, the
+    client still gets its answer (a later retrieve or continuation of it is then a 404)."""
+    if turn.store is None:
+        return
+    conversation = [*turn.history, *turn.request.turn]
+    if (message := assistant_message(response)) is not None:
+        conversation.append(message)
+    try:
+        await turn.store.put(ctx.key_name, StoredResponse(response, turn.request.input_items, conversation))
+    except StoreUnavailable as exc:
+        log.warning("request %s: could not store response %s: %s", ctx.request_id, turn.response_id, exc)
+
+
+async def complete(ctx: RequestContext, turn: Turn, chat_body: bytes) -> bytes:
+    chat = orjson.loads(chat_body)
+    response = response_from_chat(
+        chat, turn.response_id, turn.created_at, turn.model, turn.request.echo, turn.request.logprobs
+    )
+    await keep(ctx, turn, response)
+    return orjson.dumps(response)
+
+
+def _chunks(payloads: list[bytes]) -> list[dict[str, Any]]:
+    return [obj for obj in map(orjson.loads, payloads) if isinstance(obj, dict)]
+
+
+async def relay(
+    ctx: RequestContext,
+    turn: Turn,
+    streaming: Streaming,
+    *,
+    error_event: Callable[[GatewayError, ResponseStream], bytes],
+    on_failure: Callable[[ProviderError], None],
+    on_finish: Callable[[RequestContext], None],
+) -> AsyncIterator[bytes]:
+    parts = ctx.response_parts
+    trace = ctx.tool_trace  # only for requests with tools: it reads the chat chunks
+    events = ResponseStream(turn.response_id, turn.created_at, turn.model, turn.request.echo, logprobs=turn.request.logprobs)
+    try:
+        batches = [(streaming.first, streaming.done)]
+        out = events.start()
+        while True:
+            for payloads, done in batches:
+                if trace is not None:
+                    trace.feed_chunks(payloads)
+                for chunk in _chunks(payloads):
+                    out += events.feed(chunk)
+                if done:
+                    end = events.finish()
+                    await keep(ctx, turn, events.response)
+                    if parts is not None:
+                        parts.append(orjson.dumps(events.response))
+                    yield out + end
+                    return
+            if out:
+                yield out
+                out = b""
+            chunk = await anext(streaming.rest, None)
+            if chunk is None:
+                raise ProviderStreamError(
+                    f"upstream {streaming.endpoint.id} closed the stream before it finished", endpoint=streaming.endpoint.id
+                )
+            if chunk.usage is not None:
+                ctx.usage = chunk.usage
+            batches = [(chunk.payloads, chunk.done)]
+    except ProviderError as exc:
+        ctx.status = exc.status_code
+        ctx.error = type(exc).__name__
+        on_failure(exc)
+        yield error_event(exc, events)
+    finally:
+        streaming.response.close()
+        await streaming.rest.aclose()  # type: ignore[attr-defined]
+        on_finish(ctx)

@@ -1,0 +1,77 @@
+"""Stored Responses API state (`store: true`): the response, its input items and the conversation
+that `previous_response_id` continues, per gateway key, with a TTL.
+
+It lives in the state store's key/value space, so its backend is the one the replicas already
+share: `redis` for replicas on several hosts (every replica reads what any other stored), `memory`
+for one process (and, one instance shared, for tests that model replicas). One contract suite
+covers both (tests/gateway/state_store/test_responses_store.py).
+
+Per-key isolation: the storage key holds a digest of the owner (the gateway key's name), so
+another key asking for the same id finds nothing, which is a 404 as at OpenAI, not a 403 that
+would confirm the id exists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+# Ids the gateway makes are `resp_` + 48 hex; anything outside this shape cannot be stored here.
+_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+
+class KeyValue(Protocol):
+    """What the state store backends (`MemoryStore`, `RedisStore`) offer for this."""
+
+    async def kv_get(self, key: str) -> bytes | None: ...
+
+    async def kv_put(self, key: str, value: bytes, ttl_s: float) -> None: ...
+
+    async def kv_delete(self, key: str) -> bool: ...
+
+
+@dataclass(slots=True)
+class StoredResponse:
+    response: dict[str, Any]
+    input_items: list[dict[str, Any]]
+    # The chat messages up to and including this response's output (instructions excluded).
+    conversation: list[dict[str, Any]]
+
+    @property
+    def id(self) -> str:
+        return str(self.response["id"])
+
+
+class ResponseStore:
+    def __init__(self, kv: KeyValue, *, ttl_s: float) -> None:
+        self._kv = kv
+        self.ttl_s = ttl_s
+
+    @staticmethod
+    def _key(owner: str | None, response_id: str) -> str:
+        digest = hashlib.sha256((owner or "").encode()).hexdigest()[:32]
+        return f"responses:{digest}:{response_id}"
+
+    async def put(self, owner: str | None, stored: StoredResponse) -> None:
+        body = orjson.dumps(
+            {"response": stored.response, "input_items": stored.input_items, "conversation": stored.conversation}
+        )
+        await self._kv.kv_put(self._key(owner, stored.id), body, self.ttl_s)
+
+    async def get(self, owner: str | None, response_id: str) -> StoredResponse | None:
+        if not _ID.fullmatch(response_id):
+            return None
+        raw = await self._kv.kv_get(self._key(owner, response_id))
+        if raw is None:
+            return None
+        obj = orjson.loads(raw)
+        return StoredResponse(obj["response"], obj["input_items"], obj["conversation"])
+
+    async def delete(self, owner: str | None, response_id: str) -> bool:
+        if not _ID.fullmatch(response_id):
+            return False
+        return await self._kv.kv_delete(self._key(owner, response_id))

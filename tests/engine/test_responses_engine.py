@@ -1,0 +1,57 @@
+"""The Responses API through the real gateway in front of the real SmolLM2 engine (llama-server
+serving Chat Completions): one smoke test per shape, the official SDK as the client."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+
+from tests.engine.conftest import MODEL
+
+pytestmark = pytest.mark.engine
+
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "unit"],
+}
+TOOLS: list[dict[str, object]] = [
+    {"type": "function", "name": "get_weather", "description": "Get the weather for a city", "parameters": WEATHER}
+]
+
+
+def test_text_stream_and_continuation(client: openai.OpenAI) -> None:
+    first = client.responses.create(model=MODEL, input="Say hello.", max_output_tokens=16)
+    assert first.output_text and first.usage is not None and first.usage.output_tokens > 0
+    events = list(
+        client.responses.create(model=MODEL, input="And again.", previous_response_id=first.id, max_output_tokens=16, stream=True)
+    )
+    last = events[-1]
+    # Cut at max_output_tokens, a reply ends with response.incomplete (as at OpenAI).
+    assert last.type in ("response.completed", "response.incomplete")
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")  # type: ignore[union-attr]
+    assert deltas and deltas == last.response.output_text  # type: ignore[union-attr]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    stored = client.responses.retrieve(first.id)
+    assert stored.id == first.id and stored.output_text == first.output_text
+
+
+def test_tool_call_and_output_round_trip(client: openai.OpenAI) -> None:
+    asked = client.responses.create(
+        model=MODEL, input="What is the weather in Paris?", tools=TOOLS, tool_choice="required", max_output_tokens=200
+    )
+    calls = [o for o in asked.output if o.type == "function_call"]
+    assert calls and calls[0].name == "get_weather"
+    args = json.loads(calls[0].arguments)
+    assert isinstance(args.get("city"), str)
+    answer = client.responses.create(
+        model=MODEL,
+        previous_response_id=asked.id,
+        tools=TOOLS,
+        tool_choice="none",
+        max_output_tokens=32,
+        input=[{"type": "function_call_output", "call_id": c.call_id, "output": '{"sky": "sunny", "c": 21}'} for c in calls],
+    )
+    assert answer.output_text and answer.status in ("completed", "incomplete")

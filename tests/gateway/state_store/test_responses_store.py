@@ -1,0 +1,107 @@
+"""One contract for the stored Responses state, on both backends: `MemoryStore` (a fake clock)
+and `RedisStore` on the real Redis server (real time, short TTLs, a unique key prefix)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import pytest
+
+from gateway.state_store.memory import KV_SWEEP_MIN, MemoryStore
+from gateway.state_store.redis import RedisStore
+from gateway.state_store.responses import ResponseStore, StoredResponse
+from tests.fakes.clock import FakeClock
+from tests.gateway.state_store.redis_helpers import REDIS_URL, delete_prefix, redis_available, unique_prefix
+from tests.services import require
+
+TTL = 0.5
+
+
+@dataclass
+class Backend:
+    store: ResponseStore
+    advance: Callable[[float], Awaitable[None]]
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    if request.param == "memory":
+        clock = FakeClock(start=100.0)
+
+        async def advance(seconds: float) -> None:
+            clock.advance(seconds)
+
+        yield Backend(ResponseStore(MemoryStore(clock), ttl_s=TTL), advance)
+        return
+    require(redis_available(), f"Redis is not answering at {REDIS_URL}")
+    prefix = unique_prefix()
+    redis_store = RedisStore(REDIS_URL, prefix=prefix, timeout=1.0)
+    try:
+        yield Backend(ResponseStore(redis_store, ttl_s=TTL), asyncio.sleep)
+    finally:
+        await redis_store.aclose()
+        delete_prefix(prefix)
+
+
+def stored(response_id: str, text: str = "hi") -> StoredResponse:
+    return StoredResponse(
+        {"id": response_id, "object": "response", "output": [{"type": "message", "content": [{"text": text}]}]},
+        [{"type": "message", "id": "msg_1", "role": "user", "content": [{"type": "input_text", "text": text}]}],
+        [{"role": "user", "content": text}, {"role": "assistant", "content": "ok"}],
+    )
+
+
+async def test_put_get_round_trip(backend: Backend) -> None:
+    original = stored("resp_abc")
+    await backend.store.put("alice", original)
+    got = await backend.store.get("alice", "resp_abc")
+    assert got == original and got is not original
+
+
+async def test_missing_is_none(backend: Backend) -> None:
+    assert await backend.store.get("alice", "resp_nothing") is None
+    assert await backend.store.delete("alice", "resp_nothing") is False
+
+
+async def test_owners_are_isolated(backend: Backend) -> None:
+    await backend.store.put("alice", stored("resp_shared", "alice's"))
+    assert await backend.store.get("bob", "resp_shared") is None
+    assert await backend.store.get(None, "resp_shared") is None  # open access is its own owner
+    assert await backend.store.delete("bob", "resp_shared") is False
+    got = await backend.store.get("alice", "resp_shared")
+    assert got is not None and got.conversation[0]["content"] == "alice's"
+
+
+async def test_delete(backend: Backend) -> None:
+    await backend.store.put("alice", stored("resp_del"))
+    assert await backend.store.delete("alice", "resp_del") is True
+    assert await backend.store.get("alice", "resp_del") is None
+    assert await backend.store.delete("alice", "resp_del") is False
+
+
+async def test_expires_after_ttl(backend: Backend) -> None:
+    await backend.store.put("alice", stored("resp_ttl"))
+    await backend.advance(TTL * 0.4)
+    assert await backend.store.get("alice", "resp_ttl") is not None
+    await backend.advance(TTL * 0.8)
+    assert await backend.store.get("alice", "resp_ttl") is None
+    assert await backend.store.delete("alice", "resp_ttl") is False
+
+
+async def test_ids_outside_the_id_shape_are_never_looked_up(backend: Backend) -> None:
+    for bad in ("", "../x", "resp_*", "a" * 129, "resp:1"):
+        assert await backend.store.get("alice", bad) is None
+        assert await backend.store.delete("alice", bad) is False
+
+
+async def test_memory_backend_drops_expired_entries_as_it_grows() -> None:
+    clock = FakeClock()
+    kv = MemoryStore(clock)
+    store = ResponseStore(kv, ttl_s=1.0)
+    for i in range(KV_SWEEP_MIN):
+        await store.put("a", stored(f"resp_{i}"))
+    clock.advance(2.0)
+    await store.put("a", stored("resp_new"))
+    assert len(kv._kv) == 1  # the expired ones went at the sweep, not only when read
