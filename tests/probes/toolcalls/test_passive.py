@@ -177,9 +177,9 @@ async def test_one_confirmation_at_a_time_and_a_cooldown_between_them() -> None:
 async def test_no_confirmation_for_demoted_or_pinned_endpoints() -> None:
     health, rec = HealthStates(), Recorder()
     mon = monitor(health, rec)
-    health.transition("ep-1", "demoted", source="probes", reason="test", at=0.0)
-    health.transition("ep-2", "suspect", source="manual", reason="op", at=0.0, operator=True)
-    health.transition("ep-3", "probation", source="probes", reason="test", at=0.0)
+    await health.transition("ep-1", "demoted", source="probes", reason="test", at=0.0)
+    await health.transition("ep-2", "suspect", source="manual", reason="op", at=0.0, operator=True)
+    await health.transition("ep-3", "probation", source="probes", reason="test", at=0.0)
     for ep in ("ep-1", "ep-2", "ep-3"):
         for key in ("a", "b"):
             await finish(mon, BAD, ep=ep, key=key)
