@@ -29,7 +29,9 @@ from gateway.metrics import build_metrics
 from gateway.pipeline.account import Accountant
 from gateway.pipeline.auth import Authenticator, open_by_config
 from gateway.pipeline.dispatch import Dispatcher
+from gateway.pipeline.observe import Observers
 from gateway.routing.breaker import CircuitBreaker
+from gateway.routing.breaker_feedback import BreakerFeedback
 from gateway.routing.health_feed import HealthFeed
 from gateway.routing.router import Router
 from gateway.routing.shared import SharedState, sync_limit_s
@@ -64,7 +66,6 @@ def build_state(
     catalog = Catalog([*endpoints_from_settings(settings), *extra_endpoints], created=int(time.time()))
     breaker = CircuitBreaker(settings.breaker, max_block_s=settings.retry.max_retry_after_block)
     prices = {ep.id: ep.deployment.price for ep in catalog.endpoints}
-    dispatcher = Dispatcher(client, breaker, settings.retry, timeouts_from(settings), clock=clock, rng=rng or random.Random())
     loops = LoopHealth()
     persistence = None
     if settings.persistence.enabled:
@@ -82,7 +83,6 @@ def build_state(
     metrics = (
         build_metrics(catalog, breaker, health_states, clock, persistence, loops=loops) if settings.metrics.enabled else None
     )
-    sinks = tuple(s for s in (metrics.sink if metrics else None, persistence.queue if persistence else None) if s is not None)
     keep_bodies = settings.persistence.enabled and settings.persistence.store_bodies
     sync_beat = loops.register("state_sync", sync_limit_s(settings.state_store), logging.getLogger("gateway.state"))
     shared = SharedState(
@@ -97,7 +97,6 @@ def build_state(
         beat=sync_beat,
     )
     router = Router(settings.routing, catalog, shared, clock=clock, rng=random.Random(rng.random()) if rng else None)
-    dispatcher.observer = router
     tool_monitor = ToolCallMonitor(
         health_states,
         settings.probes.health,
@@ -106,16 +105,27 @@ def build_state(
         checker=ProcessChecker(settings.probes.tool_monitor),
         count=metrics.tool_call_results if metrics else None,
     )
-    dispatcher.tracer = tool_monitor.start
+    # The one way back from a request: every party that learns from it, as peers, in this order.
+    feedback = Observers(
+        [
+            BreakerFeedback(breaker),
+            router,
+            tool_monitor,
+            *([metrics.sink] if metrics else []),
+            *([persistence.queue] if persistence else []),
+        ]
+    )
+    dispatcher = Dispatcher(
+        client, settings.retry, timeouts_from(settings), clock=clock, rng=rng or random.Random(), observer=feedback
+    )
     return AppState(
         settings=settings,
         catalog=catalog,
         auth=Authenticator(settings.auth, open_access=open_by_config(settings), stored=settings.persistence.enabled),
         breaker=breaker,
         dispatcher=dispatcher,
-        accountant=Accountant(
-            prices.get, clock, sinks, keep_bodies=keep_bodies, observers=(router.finished, tool_monitor.finished)
-        ),
+        accountant=Accountant(prices.get, clock, feedback, keep_bodies=keep_bodies),
+        feedback=feedback,
         client=client,
         clock=clock,
         engines=engines,
