@@ -109,6 +109,8 @@ def test_a_stale_automatic_move_does_not_undo_a_pin(replicas: tuple[TestClient, 
         return None
 
     other.shared._pull = no_pull  # type: ignore[method-assign]
+    begun = other.shared._ticks  # let a tick that began with the real pull finish first
+    within_next_tick(other, lambda: other.shared is not None and other.shared._ticks >= begun + 2)
     pinned_at = time.time()
     manual(one, "demote", reason="operator says no")
     # A probe on the other replica, a second later, on its stale (healthy) view.
