@@ -237,7 +237,8 @@ local v1, v2 = tonumber(ARGV[2]), tonumber(ARGV[3])
 if cur then
   local s1, s2 = string.match(cur, '^(%S+) (%S+) ')
   s1, s2 = tonumber(s1), tonumber(s2)
-  if s1 > v1 or (s1 == v1 and s2 > v2) then return 0 end
+  -- an unreadable stored record is replaced, not left to block every publish
+  if s1 and s2 and (s1 > v1 or (s1 == v1 and s2 > v2)) then return 0 end
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
@@ -445,7 +446,12 @@ class RedisStore:
 
     async def health_read(self) -> dict[str, bytes]:
         raw = await self._call(self._r.hgetall(f"{self._p}health"))
-        return {k.decode(): bytes(v).split(b" ", 2)[2] for k, v in raw.items()}
+        out = {}
+        for k, v in raw.items():
+            parts = bytes(v).split(b" ", 2)
+            if len(parts) == 3:  # else not written by us: skipped, and replaced by the next publish
+                out[k.decode()] = parts[2]
+        return out
 
     # -- key/value and leases (probes) ---------------------------------------------------
 

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import pytest
+import redis as sync_redis
 
 from gateway.state_store.base import HEALTH_TTL_S, AffinityEntry, StateStore
 from gateway.state_store.memory import MemoryStore
@@ -339,3 +340,15 @@ async def test_memory_health_records_expire() -> None:
     clock.advance(2)
     assert await store.health_read() == {}
     assert await store.health_publish("a/m", (0.0, 0.5), b"older, but the newer one is gone")
+
+
+async def test_an_unreadable_stored_health_record_is_replaced(redis_store: tuple[RedisStore, str]) -> None:
+    store, prefix = redis_store
+    client = sync_redis.Redis.from_url(REDIS_URL)
+    try:
+        client.hset(f"{prefix}health", "a/m", b"garbage")
+    finally:
+        client.close()
+    assert await store.health_read() == {}
+    assert await store.health_publish("a/m", (0.0, 1.0), b"fresh")
+    assert (await store.health_read())["a/m"] == b"fresh"
