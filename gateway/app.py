@@ -13,13 +13,13 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from gateway.background import Deadline, LoopHealth
+from gateway.background import Deadline, Drain, LoopHealth
 from gateway.admin_limits import FailureLimiter
 from gateway.admin_sessions import SessionStore
 from gateway.catalog import Catalog, Endpoint, endpoints_from_settings
 from gateway.config import Settings
 from gateway.health_states import DATABASE_SINK, STORE_SINK, HealthStates, TransitionSink
-from gateway.http import admin, admin_api, admin_probes, health, openai_routes, route_admin
+from gateway.http import admin, admin_api, admin_probes, health, messages_routes, openai_routes, route_admin
 from gateway.http import dashboard
 from gateway.http import metrics as metrics_route
 from gateway.http.fast import GatewayApp
@@ -62,6 +62,7 @@ def build_state(
     clock: Callable[[], float] = time.perf_counter,
     rng: random.Random | None = None,
     store: StateStore | None = None,
+    drain: Drain | None = None,
 ) -> AppState:
     catalog = Catalog([*endpoints_from_settings(settings), *extra_endpoints], created=int(time.time()))
     breaker = CircuitBreaker(settings.breaker, max_block_s=settings.retry.max_retry_after_block)
@@ -138,6 +139,7 @@ def build_state(
         loops=loops,
         sessions=SessionStore(idle=settings.auth.session_idle_timeout_s),
         admin_failures=FailureLimiter(settings.auth.admin_failures_per_minute),
+        drain=drain or Drain(),
     )
 
 
@@ -190,16 +192,19 @@ def create_app(
     rng: random.Random | None = None,
     store: StateStore | None = None,
     shutdown: Deadline | None = None,
+    drain: Drain | None = None,
 ) -> Starlette:
     """`shutdown`: the server's shutdown deadline (`gwctl serve` starts it when uvicorn begins to
-    drain); without one the lifespan closes within `closing_budget`."""
+    drain); without one the lifespan closes within `closing_budget`. `drain`: set by the server on
+    SIGTERM (/readyz then answers 503)."""
     make_client = client_factory or upstream_client_factory(settings.upstream, settings.providers)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, AppState]]:
         client = make_client()  # inside the running loop: the client binds to it
         state = build_state(
-            settings, client=client, extra_endpoints=extra_endpoints, engines=engines, clock=clock, rng=rng, store=store
+            settings, client=client, extra_endpoints=extra_endpoints, engines=engines, clock=clock, rng=rng, store=store,
+            drain=drain,
         )
         assert state.shared is not None
         await state.shared.sync_once()  # the shared view before the first request
@@ -223,8 +228,8 @@ def create_app(
             await close_within(state, scheduler, client, shutdown or Deadline(closing_budget(settings)), bool(engines))
 
     return GatewayApp(
-        fast_routes=openai_routes.fast_routes,
-        routes=[*openai_routes.routes, *health.routes, *admin.routes, *admin_api.routes, *admin_probes.routes, *metrics_route.routes, *route_admin.routes, *dashboard.routes],
+        fast_routes={**openai_routes.fast_routes, **messages_routes.fast_routes},
+        routes=[*openai_routes.routes, *messages_routes.routes, *health.routes, *admin.routes, *admin_api.routes, *admin_probes.routes, *metrics_route.routes, *route_admin.routes, *dashboard.routes],
         middleware=[Middleware(RequestIdMiddleware), Middleware(admin.NoStoreMiddleware)],
         exception_handlers={404: not_found, 405: method_not_allowed, Exception: server_error},
         lifespan=lifespan,

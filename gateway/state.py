@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway.admin_limits import FailureLimiter
 from gateway.admin_sessions import SessionStore
-from gateway.background import LoopHealth
+from gateway.background import Drain, LoopHealth
 from gateway.catalog import Catalog
 from gateway.config import Settings
 from gateway.health_states import HealthStates
@@ -61,3 +61,5 @@ class AppState:
     # Every party that learns from requests (`gateway.pipeline.observe`): the stream stage tells it
     # when a committed stream breaks.
     feedback: Observers = field(default_factory=Observers)
+    # Set on SIGTERM (`gwctl serve`): /readyz turns unready first.
+    drain: Drain = field(default_factory=Drain)
