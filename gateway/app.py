@@ -18,7 +18,7 @@ from gateway.admin_limits import FailureLimiter
 from gateway.admin_sessions import SessionStore
 from gateway.catalog import Catalog, Endpoint, endpoints_from_settings
 from gateway.config import Settings
-from gateway.health_states import HealthStates
+from gateway.health_states import DATABASE_SINK, STORE_SINK, HealthStates, TransitionSink
 from gateway.http import admin, admin_api, admin_probes, health, messages_routes, openai_routes, responses_routes, route_admin
 from gateway.http import dashboard
 from gateway.http import metrics as metrics_route
@@ -29,7 +29,10 @@ from gateway.metrics import build_metrics
 from gateway.pipeline.account import Accountant
 from gateway.pipeline.auth import Authenticator, open_by_config
 from gateway.pipeline.dispatch import Dispatcher
+from gateway.pipeline.observe import Observers
 from gateway.routing.breaker import CircuitBreaker
+from gateway.routing.breaker_feedback import BreakerFeedback
+from gateway.routing.health_feed import HealthFeed
 from gateway.routing.router import Router
 from gateway.routing.shared import SharedState, sync_limit_s
 from gateway.state import AppState
@@ -65,26 +68,37 @@ def build_state(
     catalog = Catalog([*endpoints_from_settings(settings), *extra_endpoints], created=int(time.time()))
     breaker = CircuitBreaker(settings.breaker, max_block_s=settings.retry.max_retry_after_block)
     prices = {ep.id: ep.deployment.price for ep in catalog.endpoints}
-    dispatcher = Dispatcher(client, breaker, settings.retry, timeouts_from(settings), clock=clock, rng=rng or random.Random())
-    health_states = HealthStates()
     loops = LoopHealth()
     persistence = None
     if settings.persistence.enabled:
         from gateway.persistence.runtime import Persistence  # keeps SQLAlchemy out of start-up when off
 
         persistence = Persistence(settings, loops=loops)
+    store = store or open_store(settings.state_store)
+    # The one write path of health: published through the state store (every replica adopts it at
+    # its next sync), and stored in the database when there is one.
+    health_feed = HealthFeed(store)
+    health_sinks: dict[str, TransitionSink] = {STORE_SINK: health_feed}
+    if persistence is not None:
+        health_sinks[DATABASE_SINK] = persistence.record_transition
+    health_states = HealthStates(health_sinks)
     metrics = (
         build_metrics(catalog, breaker, health_states, clock, persistence, loops=loops) if settings.metrics.enabled else None
     )
-    sinks = tuple(s for s in (metrics.sink if metrics else None, persistence.queue if persistence else None) if s is not None)
     keep_bodies = settings.persistence.enabled and settings.persistence.store_bodies
-    store = store or open_store(settings.state_store)
     sync_beat = loops.register("state_sync", sync_limit_s(settings.state_store), logging.getLogger("gateway.state"))
     shared = SharedState(
-        settings.routing, settings.state_store, catalog, store, breaker, health=health_states, clock=clock, beat=sync_beat
+        settings.routing,
+        settings.state_store,
+        catalog,
+        store,
+        breaker,
+        health=health_states,
+        health_feed=health_feed,
+        clock=clock,
+        beat=sync_beat,
     )
     router = Router(settings.routing, catalog, shared, clock=clock, rng=random.Random(rng.random()) if rng else None)
-    dispatcher.observer = router
     tool_monitor = ToolCallMonitor(
         health_states,
         settings.probes.health,
@@ -93,16 +107,27 @@ def build_state(
         checker=ProcessChecker(settings.probes.tool_monitor),
         count=metrics.tool_call_results if metrics else None,
     )
-    dispatcher.tracer = tool_monitor.start
+    # The one way back from a request: every party that learns from it, as peers, in this order.
+    feedback = Observers(
+        [
+            BreakerFeedback(breaker),
+            router,
+            tool_monitor,
+            *([metrics.sink] if metrics else []),
+            *([persistence.queue] if persistence else []),
+        ]
+    )
+    dispatcher = Dispatcher(
+        client, settings.retry, timeouts_from(settings), clock=clock, rng=rng or random.Random(), observer=feedback
+    )
     return AppState(
         settings=settings,
         catalog=catalog,
         auth=Authenticator(settings.auth, open_access=open_by_config(settings), stored=settings.persistence.enabled),
         breaker=breaker,
         dispatcher=dispatcher,
-        accountant=Accountant(
-            prices.get, clock, sinks, keep_bodies=keep_bodies, observers=(router.finished, tool_monitor.finished)
-        ),
+        accountant=Accountant(prices.get, clock, feedback, keep_bodies=keep_bodies),
+        feedback=feedback,
         client=client,
         clock=clock,
         engines=engines,

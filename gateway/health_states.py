@@ -2,20 +2,32 @@
 
 HEALTHY -> SUSPECT -> DEMOTED -> PROBATION -> HEALTHY (the probes drive it); an operator may demote
 or restore an endpoint by hand, and a manual demotion holds until a manual restore. Endpoints that
-were never set are healthy. Persisted transitions and the current states live in the database
-(`gateway.persistence.health`); every replica pulls the current states periodically.
+were never set are healthy.
+
+One write path: `HealthStates.transition` moves the local state and hands the transition to its
+sinks (the app gives it one that publishes through the state store, so every replica adopts it
+at its next sync, and one that stores it in the database when there is one). Other replicas'
+states come back through `apply`, from the state store and from the database alike, under one
+order (`order_key`), so a stale state never overwrites a newer one whichever way it arrives.
 
 Reads are dict lookups with no I/O. Time is passed in (wall-clock epoch seconds).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, Protocol
 
 HealthState = Literal["healthy", "suspect", "demoted", "probation"]
 STATES: tuple[HealthState, ...] = ("healthy", "suspect", "demoted", "probation")
+
+log = logging.getLogger("gateway.health")
+
+# The names of the app's sinks (`HealthStates.transition(outcome=...)` reports by them).
+STORE_SINK = "state_store"
+DATABASE_SINK = "database"
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +38,10 @@ class EndpointHealth:
     source: str = "default"
     reason: str = ""
     since: float = 0.0
+    # When an operator last set this endpoint (0: never). Automatic moves inherit it from the
+    # state they moved from, so one made on a view that had not yet seen an operator's action
+    # orders below that action (see `order_key`).
+    operator_at: float = 0.0
 
 
 HEALTHY = EndpointHealth()
@@ -42,11 +58,34 @@ class Transition:
     manual: bool = False
     score: float | None = None
     evidence: Mapping[str, object] | None = None
+    operator_at: float = 0.0
+
+    def entry(self) -> EndpointHealth:
+        """The endpoint's state after this transition."""
+        return EndpointHealth(
+            self.to_state, self.manual, self.score, self.source, self.reason, self.at, self.operator_at
+        )
+
+
+def order_key(entry: EndpointHealth) -> tuple[float, float]:
+    """States of one endpoint order by the operator's last action first, then by time: an
+    operator's pin outranks an automatic move that a replica made before it had seen the pin,
+    and a restore outranks the pin; otherwise the later state wins. A total order, so every
+    replica ends on the same state whatever order the states reach it in."""
+    return (entry.operator_at, entry.since)
+
+
+class TransitionSink(Protocol):
+    """Where a transition goes after the local move (the state store, the database). True when
+    it took it; False when it could not (it logs why). It must not raise for its own failures."""
+
+    async def __call__(self, t: Transition, *, actor: str | None = None, action: str | None = None) -> bool: ...
 
 
 class HealthStates:
-    def __init__(self) -> None:
+    def __init__(self, sinks: Mapping[str, TransitionSink] | None = None) -> None:
         self._states: dict[str, EndpointHealth] = {}
+        self._sinks = dict(sinks or {})
 
     def get(self, endpoint_id: str) -> EndpointHealth:
         return self._states.get(endpoint_id, HEALTHY)
@@ -62,7 +101,7 @@ class HealthStates:
     def snapshot(self) -> dict[str, EndpointHealth]:
         return dict(self._states)
 
-    def transition(
+    async def transition(
         self,
         endpoint_id: str,
         to_state: HealthState,
@@ -73,9 +112,41 @@ class HealthStates:
         operator: bool = False,
         score: float | None = None,
         evidence: Mapping[str, object] | None = None,
+        actor: str | None = None,
+        action: str | None = None,
+        outcome: dict[str, bool] | None = None,
     ) -> Transition | None:
-        """Move to `to_state`. An operator's demotion pins the state (`manual`) until an operator
-        restores it; automatic moves leave a pinned endpoint alone. None when nothing changes."""
+        """Move to `to_state`, then hand the transition to every sink (`outcome`, when given,
+        gets each sink's answer by name). An operator's demotion pins the state (`manual`) until
+        an operator restores it; automatic moves leave a pinned endpoint alone. None when nothing
+        changes. `actor` and `action` name an operator's action for the sinks that record it."""
+        t = self._move(endpoint_id, to_state, source=source, reason=reason, at=at, operator=operator,
+                       score=score, evidence=evidence)
+        if t is None:
+            return None
+        for name, sink in self._sinks.items():
+            try:
+                ok = await sink(t, actor=actor, action=action)
+            except Exception:  # a sink's bug must not undo the move nor starve the other sinks
+                log.exception("health: the %s sink failed on the %s transition of %s", name, t.to_state, endpoint_id)
+                ok = False
+            if outcome is not None:
+                outcome[name] = ok
+        return t
+
+    def _move(
+        self,
+        endpoint_id: str,
+        to_state: HealthState,
+        *,
+        source: str,
+        reason: str,
+        at: float,
+        operator: bool,
+        score: float | None,
+        evidence: Mapping[str, object] | None,
+    ) -> Transition | None:
+        # No await in here: the read and the write of one endpoint's state are one step.
         if to_state not in STATES:
             raise ValueError(f"unknown health state {to_state!r}")
         current = self.get(endpoint_id)
@@ -85,18 +156,22 @@ class HealthStates:
         if current.state == to_state and current.manual == manual:
             return None
         keep_score = current.score if score is None else score
-        self._states[endpoint_id] = EndpointHealth(to_state, manual, keep_score, source, reason, at)
-        return Transition(endpoint_id, current.state, to_state, source, reason, at, manual, keep_score, evidence)
+        operator_at = at if operator else current.operator_at
+        self._states[endpoint_id] = EndpointHealth(to_state, manual, keep_score, source, reason, at, operator_at)
+        return Transition(
+            endpoint_id, current.state, to_state, source, reason, at, manual, keep_score, evidence, operator_at
+        )
 
     def set_score(self, endpoint_id: str, score: float | None) -> None:
         self._states[endpoint_id] = replace(self.get(endpoint_id), score=score)
 
     def apply(self, stored: Mapping[str, EndpointHealth]) -> int:
-        """Adopt states another replica stored, unless ours is newer. Returns how many changed."""
+        """Adopt the states another replica stored that order after ours (`order_key`; a tie
+        keeps ours, so two sources that disagree cannot take turns). Returns how many changed."""
         changed = 0
         for endpoint_id, entry in stored.items():
             mine = self._states.get(endpoint_id)
-            if mine is None or (entry.since >= mine.since and entry != mine):
+            if mine is None or order_key(entry) > order_key(mine):
                 self._states[endpoint_id] = entry
                 changed += 1
         return changed

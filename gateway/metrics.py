@@ -23,6 +23,8 @@ from gateway.background import LoopHealth
 from gateway.catalog import Catalog
 from gateway.health_states import STATES, HealthStates
 from gateway.pipeline.account import RequestRecord
+from gateway.pipeline.context import RequestContext
+from gateway.pipeline.observe import RecordObserver
 from gateway.routing.breaker import CircuitBreaker
 
 LABELS = ("endpoint", "model", "provider")
@@ -106,8 +108,8 @@ class _Series:
     errors: dict[str, Any]
 
 
-class MetricsSink:
-    """The accountant's sink that updates the request metrics."""
+class MetricsSink(RecordObserver):
+    """Updates the request metrics from each finished request's record (a `RequestObserver`)."""
 
     def __init__(self, metrics: GatewayMetrics, catalog: Catalog) -> None:
         self._m = metrics
@@ -130,6 +132,10 @@ class MetricsSink:
             {},
             {},
         )
+
+    def finished(self, ctx: RequestContext, record: RequestRecord | None = None) -> None:
+        if record is not None:
+            self.submit(record)
 
     def submit(self, r: RequestRecord) -> None:
         model = r.model if self._catalog.has_model(r.model) else UNKNOWN_MODEL

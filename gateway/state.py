@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # imported lazily: SQLAlchemy only loads when persistence is 
 from gateway.pipeline.account import Accountant
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.dispatch import Dispatcher
+from gateway.pipeline.observe import Observers
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.router import Router
 from gateway.routing.shared import SharedState
@@ -60,5 +61,8 @@ class AppState:
     responses: ResponseStore | None = None
     # The background loops' heartbeats (/readyz, /metrics).
     loops: LoopHealth = field(default_factory=LoopHealth)
+    # Every party that learns from requests (`gateway.pipeline.observe`): the stream stage tells it
+    # when a committed stream breaks.
+    feedback: Observers = field(default_factory=Observers)
     # Set on SIGTERM (`gwctl serve`): /readyz turns unready first.
     drain: Drain = field(default_factory=Drain)

@@ -3,8 +3,8 @@
 A round: build each probe's `ProbeContext` (a `ProbeClient` for the endpoint and one for the
 model's reference, never the endpoint itself), run the applicable probes one after another,
 turn upstream failures and a spent budget into "error" results (availability evidence), store
-the run, apply `probes.policy.decide` through `HealthStates.transition` (persisted like a manual
-demotion), and run the confirmatory round at once when the decision asks for one.
+the run, apply `probes.policy.decide` through `HealthStates.transition` (whose sinks publish and
+persist it, like a manual demotion), and run the confirmatory round at once when the decision asks for one.
 
 Progress goes to an `emit` callback as dicts: started, progress, result, transition, finished.
 """
@@ -286,16 +286,14 @@ class ProbeRunner:
             "results": [{"probe": r.probe, "verdict": r.verdict, "p_value": r.p_value, "e_value": r.e_value,
                          "statistic": r.statistic, "effect": r.effect} for r in results],
         }
-        t = self.health.transition(endpoint.id, decision.to_state, source="probe", reason=decision.reason,
-                                   at=self.wall(), score=decision.score, evidence=evidence)
+        t = await self.health.transition(endpoint.id, decision.to_state, source="probe", reason=decision.reason,
+                                         at=self.wall(), score=decision.score, evidence=evidence)
         if t is None:
             return None
         level = logging.WARNING if t.to_state in ("demoted", "suspect") else logging.INFO
         log.log(level, "probes: %s %s -> %s: %s", endpoint.id, t.from_state, t.to_state, t.reason)
         if t.to_state == "demoted":
             self._warn_if_last(endpoint)
-        if self.persistence is not None:
-            await self.persistence.record_transition(t)
         return t
 
     def _warn_if_last(self, endpoint: Endpoint) -> None:

@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.errors import GatewayError, InvalidRequest, NotFound, Unavailable
+from gateway.health_states import DATABASE_SINK
 from gateway.http.admin import _guard
 from gateway.http.admin_openapi import openapi
 from gateway.http.errors import error_response
@@ -215,7 +216,8 @@ async def _manual(request: Request, state: AppState, action: str) -> Response:
     assert endpoint_id is not None
     now = state.persistence.wall() if state.persistence is not None else time.time()
     to_state = "demoted" if action == "demote" else "healthy"
-    transition = state.health.transition(
+    outcome: dict[str, bool] = {}
+    transition = await state.health.transition(
         endpoint_id,
         to_state,
         source="manual",
@@ -223,10 +225,11 @@ async def _manual(request: Request, state: AppState, action: str) -> Response:
         at=now,
         operator=True,
         evidence={"actor": actor, "action": action},
+        actor=actor,
+        action=action,
+        outcome=outcome,
     )
-    persisted = None
-    if transition is not None and state.persistence is not None:
-        persisted = await state.persistence.record_transition(transition, actor=actor, action=action)
+    persisted = outcome.get(DATABASE_SINK) if transition is not None and state.persistence is not None else None
     current = state.health.get(endpoint_id)
     return _json(
         {

@@ -17,7 +17,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from gateway.catalog import Endpoint
-from gateway.errors import GatewayError, PayloadTooLarge
+from gateway.errors import GatewayError, PayloadTooLarge, ProviderError
 from gateway.http.errors import error_body, error_event, error_response
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.dispatch import Completed, Streaming
@@ -223,10 +223,10 @@ class InferenceEndpoint:
     ) -> None:
         """`framing` and `error_event`: another API's event shapes over the same relay (Anthropic Messages)."""
         clock = state.clock
-        endpoint_id = result.endpoint.id
+        endpoint = result.endpoint
 
-        def on_failure(exc: GatewayError) -> None:
-            state.breaker.record(endpoint_id, False, clock(), getattr(exc, "retry_after", None))
+        def on_failure(exc: ProviderError) -> None:
+            state.feedback.attempt_failed(ctx, endpoint, clock(), exc)
 
         headers = _raw(ctx.response_headers(clock()))
         headers.extend(_SSE)

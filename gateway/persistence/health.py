@@ -1,11 +1,15 @@
 """Health transitions (with reason and evidence), the current state of each endpoint, and the
-manual actions of operators."""
+manual actions of operators.
+
+Every transition is logged; the current state takes it only when it orders after the stored one
+(`gateway.health_states.order_key`), the rule the state store and every replica's `apply` follow,
+so the database and the store cannot disagree about which of two states is the newer."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import Engine, and_, insert, or_, select
 
 from gateway.health_states import EndpointHealth, Transition
 from gateway.persistence.models import endpoint_states, health_transitions, manual_actions
@@ -35,9 +39,15 @@ def record_transition(engine: Engine, t: Transition, *, actor: str | None = None
             "source": t.source,
             "reason": t.reason,
             "updated_at": at,
+            "operator_at": t.operator_at,
         }
         stmt = upsert(conn, endpoint_states).values(endpoint_id=t.endpoint_id, **state)
-        conn.execute(stmt.on_conflict_do_update(index_elements=["endpoint_id"], set_=state))
+        new, old = stmt.excluded, endpoint_states.c
+        newer = or_(
+            new.operator_at > old.operator_at,
+            and_(new.operator_at == old.operator_at, new.updated_at >= old.updated_at),
+        )
+        conn.execute(stmt.on_conflict_do_update(index_elements=["endpoint_id"], set_=state, where=newer))
         if action is not None:
             conn.execute(
                 insert(manual_actions).values(
@@ -57,6 +67,7 @@ def load_states(engine: Engine) -> dict[str, EndpointHealth]:
             source=r["source"],
             reason=r["reason"],
             since=r["updated_at"].timestamp(),
+            operator_at=r["operator_at"],
         )
         for r in rows
     }

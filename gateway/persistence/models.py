@@ -192,6 +192,8 @@ endpoint_states = Table(
     Column("source", String(32), nullable=False),
     Column("reason", Text, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # Epoch seconds of the operator's last action on it (0: none): `health_states.order_key`.
+    Column("operator_at", Double, nullable=False, server_default="0"),
 )
 
 # Frozen probe baselines per (endpoint, probe, key): golden windows, reference self-runs.

@@ -29,6 +29,8 @@ from gateway.persistence.records import Stamped, encode_row
 from gateway.persistence.spill import SpillFile, SpillFull
 from gateway.persistence.stores import BatchStore, StoreError
 from gateway.pipeline.account import RequestRecord
+from gateway.pipeline.context import RequestContext
+from gateway.pipeline.observe import RecordObserver
 
 log = logging.getLogger("gateway.persistence")
 
@@ -55,8 +57,8 @@ class WriterStats:
     last_error: str | None = None
 
 
-class RecordQueue:
-    """The `RecordSink` the accountant calls on the hot path."""
+class RecordQueue(RecordObserver):
+    """Where finished requests go on the hot path (a `RequestObserver` that records only)."""
 
     def __init__(
         self,
@@ -79,6 +81,10 @@ class RecordQueue:
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def finished(self, ctx: RequestContext, record: RequestRecord | None = None) -> None:
+        if record is not None:
+            self.submit(record)
 
     def submit(self, record: RequestRecord) -> None:
         items = self._items

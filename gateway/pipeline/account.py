@@ -1,18 +1,22 @@
 """Account for each finished request: usage, cost, latency, outcome.
 
-In memory and O(1) per request; persistence (a bounded queue drained off the hot path) plugs
-in as a `RecordSink`.
+In memory and O(1) per request. The record then goes to the request's observers' `finished`
+(`gateway.pipeline.observe`): routing's feedback, the tool-call monitor, metrics, persistence (a
+bounded queue drained off the hot path), as peers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from gateway.config import Price
 from gateway.pipeline.context import RequestContext
 from providers.base import Usage
+
+if TYPE_CHECKING:
+    from gateway.pipeline.observe import RequestObserver
 
 
 def cost_usd(usage: Usage | None, price: Price) -> float:
@@ -49,10 +53,6 @@ class RequestRecord:
     error_detail: str | None = None
 
 
-class RecordSink(Protocol):
-    def submit(self, record: RequestRecord) -> None: ...
-
-
 @dataclass(slots=True)
 class EndpointTotals:
     requests: int = 0
@@ -68,22 +68,18 @@ class Accountant:
         self,
         prices: Callable[[str], Price | None],
         clock: Callable[[], float],
-        sinks: tuple[RecordSink, ...] = (),
+        observer: RequestObserver | None = None,
         *,
         keep_bodies: bool = False,
-        observers: tuple[Callable[[RequestContext], None], ...] = (),
     ) -> None:
         self._prices = prices
         self._clock = clock
-        self._sinks = sinks
-        # Told about every finished request first (routing's feedback: in-flight, latency, affinity).
-        self.observers = observers
+        # Told about every finished request, with its record.
+        self.observer = observer
         self.keep_bodies = keep_bodies
         self.totals: dict[str, EndpointTotals] = {}
 
     def record(self, ctx: RequestContext) -> RequestRecord:
-        for observer in self.observers:
-            observer(ctx)
         now = self._clock()
         price = self._prices(ctx.endpoint_id) if ctx.endpoint_id else None
         usage = ctx.usage
@@ -119,6 +115,6 @@ class Accountant:
             totals.cached_tokens += record.cached_tokens
             totals.completion_tokens += record.completion_tokens
             totals.cost_usd += record.cost_usd
-        for sink in self._sinks:
-            sink.submit(record)
+        if self.observer is not None:
+            self.observer.finished(ctx, record)
         return record

@@ -19,6 +19,8 @@ class RequestContext:
     stream: bool = False
     attempts: int = 0
     endpoint_id: str | None = None
+    # Set when an endpoint produced the answer or its first stream event: no retries after it.
+    committed: bool = False
     fail_open: str | None = None
     # Seconds spent waiting on upstreams or backing off: not the gateway's own overhead.
     waited: float = 0.0

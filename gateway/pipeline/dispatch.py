@@ -13,15 +13,15 @@ import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from gateway.catalog import Endpoint
 from gateway.config import RetryConfig
 from gateway.errors import AllAttemptsFailed, ProviderError, ProviderStreamError, ProviderTimeout, Unavailable
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.fanout import fan_out, fan_out_count
+from gateway.pipeline.observe import Observers, RequestObserver
 from gateway.routing.backoff import clamp_retry_after, retry_delay
-from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.order import Ordering
 from providers.base import ParsedChunk, StreamTranslator
 from providers.http import HTTPClient, Timeouts, UpstreamResponse
@@ -88,16 +88,6 @@ def _decoded(decoder: SSEDecoder, raw: bytes, *, first_pending: bool) -> Iterato
     yield from decoder.feed(raw)
 
 
-class AttemptObserver(Protocol):
-    """Told about each attempt (routing's in-flight counts and latency feedback)."""
-
-    def attempt_started(self, ctx: RequestContext, endpoint: Endpoint, now: float) -> None: ...
-
-    def attempt_failed(self, ctx: RequestContext, endpoint: Endpoint, now: float) -> None: ...
-
-    def attempt_committed(self, ctx: RequestContext, endpoint: Endpoint, now: float) -> None: ...
-
-
 def _restarting(ctx: RequestContext) -> Unavailable:
     return Unavailable(
         f"No endpoint for `{ctx.model}` is available right now (all are starting or restarting); retry shortly.",
@@ -109,21 +99,18 @@ class Dispatcher:
     def __init__(
         self,
         client: HTTPClient,
-        breaker: CircuitBreaker,
         retry: RetryConfig,
         timeouts: Timeouts,
         *,
         clock: Callable[[], float],
         rng: random.Random,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        observer: AttemptObserver | None = None,
+        observer: RequestObserver | None = None,
     ) -> None:
-        self.observer = observer
-        # Called once per request before the first attempt: the passive tool-call monitor
-        # attaches a trace (ctx.tool_trace) to requests that carry tools.
-        self.tracer: Callable[[RequestContext], None] | None = None
+        # Told each request's start and each attempt (`gateway.pipeline.observe`): the breaker,
+        # routing's in-flight counts and feedback, the tool-call monitor's trace.
+        self.observer: RequestObserver = observer if observer is not None else Observers()
         self._client = client
-        self._breaker = breaker
         self._retry = retry
         self._timeouts = timeouts
         self._clock = clock
@@ -134,8 +121,8 @@ class Dispatcher:
         if not ordering.endpoints:
             raise _restarting(ctx)
         ctx.fail_open = ordering.fail_open
-        if self.tracer is not None:
-            self.tracer(ctx)
+        observer = self.observer
+        observer.request_started(ctx)
         if ordering.fail_open:
             log.warning("every endpoint for %s is ruled out (%s); trying them anyway", ctx.model, ordering.fail_open)
         last: ProviderError | None = None
@@ -145,20 +132,16 @@ class Dispatcher:
                     raise self._exhausted(ctx, last)
                 ctx.attempts += 1
                 ctx.endpoint_id = endpoint.id
-                self._breaker.acquire(endpoint.id, self._clock())
-                if self.observer is not None:
-                    self.observer.attempt_started(ctx, endpoint, self._clock())
+                observer.attempt_started(ctx, endpoint, self._clock())
                 try:
                     result = await self._attempt(ctx, endpoint)
                 except BaseException as exc:
-                    if self.observer is not None:
-                        self.observer.attempt_failed(ctx, endpoint, self._clock())
+                    if isinstance(exc, ProviderError):
+                        exc.retry_after = clamp_retry_after(exc.retry_after, self._retry.max_retry_after_block)
+                    observer.attempt_failed(ctx, endpoint, self._clock(), exc)
                     if not isinstance(exc, ProviderError):
                         raise
                     last = exc
-                    exc.retry_after = clamp_retry_after(exc.retry_after, self._retry.max_retry_after_block)
-                    if exc.counts_against_endpoint:
-                        self._breaker.record(endpoint.id, False, self._clock(), exc.retry_after)
                     if not exc.fallback:
                         raise
                     log.info("attempt %d on %s failed: %s", ctx.attempts, endpoint.id, exc.message)
@@ -171,9 +154,8 @@ class Dispatcher:
                     ctx.waited += delay
                     await self._sleep(delay)
                     continue
-                self._breaker.record(endpoint.id, True, self._clock())
-                if self.observer is not None:
-                    self.observer.attempt_committed(ctx, endpoint, self._clock())
+                ctx.committed = True
+                observer.attempt_committed(ctx, endpoint, self._clock())
                 if ctx.tool_trace is not None and isinstance(result, Completed):
                     ctx.tool_trace.feed_body(result.body)
                 return result

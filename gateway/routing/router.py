@@ -202,6 +202,13 @@ class Router:
 
     # -- feedback from dispatch ---------------------------------------------------------
 
+    # -- request feedback: a `gateway.pipeline.observe.RequestObserver`, a peer of the others ----
+
+    events = ("attempt_started", "attempt_committed", "attempt_failed", "finished")
+
+    def request_started(self, ctx: Any) -> None:
+        return None
+
     def attempt_started(self, ctx: Any, endpoint: Endpoint, now: float) -> None:
         t: RouteTicket | None = getattr(ctx, "route", None)
         if t is None:
@@ -218,10 +225,12 @@ class Router:
         t.endpoint, t.attempt_start, t.committed_at, t.ttft = endpoint, now, None, None
         self.shared.started(endpoint, t.prefill_pending, t.deployment_tokens)
 
-    def attempt_failed(self, ctx: Any, endpoint: Endpoint, now: float) -> None:
+    def attempt_failed(self, ctx: Any, endpoint: Endpoint, now: float, error: BaseException | None = None) -> None:
         t: RouteTicket | None = getattr(ctx, "route", None)
         if t is None or t.endpoint is None or t.endpoint.id != endpoint.id:
             return
+        if t.committed_at is not None:
+            return  # a committed stream that broke: `finished` releases it (and learns nothing)
         self.shared.prefilled(endpoint.id, t.prefill_pending)
         self.shared.ended(endpoint.id)
         t.endpoint, t.prefill_pending = None, 0
@@ -241,7 +250,7 @@ class Router:
         if ctx.stream:
             t.ttft = now - t.attempt_start
 
-    def finished(self, ctx: Any) -> None:
+    def finished(self, ctx: Any, record: Any = None) -> None:
         """The request is over (answered, failed or cut): release it and learn from it."""
         t: RouteTicket | None = getattr(ctx, "route", None)
         if t is None or t.endpoint is None:

@@ -11,6 +11,9 @@ limits, and falls back to a local window while the store is away.
 When the store fails, the gateway keeps serving on local state, logs it once, and reports it in
 `/readyz`; when the store answers again, the loop republishes this replica's breaker states,
 in-flight counts, unsynced latency and rate deltas and buffered affinity entries (resync).
+
+Health states travel the same way (`gateway.routing.health_feed`): a transition is published as
+it happens, and each tick pulls every endpoint's stored state into `HealthStates.apply`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from gateway.errors import RateLimited
 from gateway.routing.affinity import AffinityIndex, CacheProfile, profile_for
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.features import blocks_of
+from gateway.routing.health_feed import HealthFeed
 from gateway.routing.latency import EndpointLatency, LatencyModel
 from gateway.routing.settings import KeyPolicy, RoutingConfig, StateStoreConfig
 from gateway.routing.snapshot import EndpointStatic, prior_for
@@ -52,6 +56,10 @@ MAX_RATE_DELTA = 10**15
 def _bounded(n: int) -> int:
     return max(-MAX_RATE_DELTA, min(MAX_RATE_DELTA, n))
 
+# Every local health state is published again this often, so the store's copy never expires
+# (`HEALTH_TTL_S`) while a replica still holds it.
+HEALTH_REPUBLISH_S = 86_400.0
+
 # After a wake-up (a breaker change, an endpoint going idle), sync this soon rather than at once
 # (and so at most this often beyond the regular interval).
 WAKE_GAP_S = 0.05
@@ -64,6 +72,10 @@ class HealthView(Protocol):
 
     def get(self, endpoint_id: str) -> Any: ...
 
+    def snapshot(self) -> Mapping[str, Any]: ...
+
+    def apply(self, stored: Mapping[str, Any]) -> int: ...
+
 
 class AllHealthy:
     def state(self, endpoint_id: str) -> str:
@@ -71,6 +83,12 @@ class AllHealthy:
 
     def get(self, endpoint_id: str) -> Any:
         return None
+
+    def snapshot(self) -> Mapping[str, Any]:
+        return {}
+
+    def apply(self, stored: Mapping[str, Any]) -> int:
+        return 0
 
 
 def sync_limit_s(cfg: StateStoreConfig) -> float:
@@ -93,6 +111,7 @@ class SharedState:
         breaker: CircuitBreaker,
         *,
         health: HealthView | None = None,
+        health_feed: HealthFeed | None = None,
         clock: Callable[[], float] = time.perf_counter,
         replica_id: str | None = None,
         beat: Heartbeat | None = None,
@@ -105,6 +124,10 @@ class SharedState:
         self.store = store
         self.breaker = breaker
         self.health = health or AllHealthy()
+        # The state store's half of the health write path (the app makes it one of the sinks of
+        # `health`); without one, health states are this process's own.
+        self.health_feed = health_feed
+        self._health_published: float | None = None
         self.clock = clock
         self.replica = replica_id or store_cfg.replica_id or default_replica_id()
         a = routing.affinity
@@ -278,7 +301,14 @@ class SharedState:
         window = self.cfg.rate_window_s
         half_life = self.cfg.latency.half_life_s
         now = self.clock()
+        feed = self.health_feed
+        last = self._health_published
+        if feed is not None and (came_back or last is None or now - last >= HEALTH_REPUBLISH_S):
+            feed.republish(self.health.snapshot())  # the store may have lost them, or let them age out
+            self._health_published = now
         try:
+            if feed is not None:
+                await feed.push()
             if came_back:
                 # Resync: what the store may have lost while it was away.
                 for endpoint_id, (open_for, blocked_for) in self.breaker.shared_view(now).items():
@@ -347,6 +377,7 @@ class SharedState:
         remote = await self.store.inflight_totals(self.replica)
         usage = await self.store.rate_usage(list(self._limited), self.cfg.rate_window_s)
         stats = await self.store.latency_read(self._endpoint_ids, self.cfg.latency.half_life_s) if latency_tick else None
+        health = await self.health_feed.pull() if self.health_feed is not None else None
         entries: list[AffinityEntry] = []
         if self._cursor is None:
             _, self._cursor = await self.store.affinity_read(None, 0)
@@ -361,6 +392,8 @@ class SharedState:
             self.breaker.merge_shared(endpoint_id, view.open_for if view else 0.0, view.blocked_for if view else 0.0, now)
         self._remote = remote
         self._rate_view = usage
+        if health:
+            self.health.apply(health)
         if stats is not None:
             self.latency.adopt(stats, now)
         for entry in entries:
@@ -443,6 +476,8 @@ class SharedState:
         if self.last_sync is not None:
             out["last_sync_age_s"] = round(now - self.last_sync, 3)
         out["resyncs"] = self.resyncs
+        if self.health_feed is not None and self.health_feed.pending:
+            out["health_states_waiting"] = self.health_feed.pending
         if self.rate_deltas_dropped:
             out["rate_deltas_dropped"] = self.rate_deltas_dropped
         return out

@@ -15,7 +15,9 @@ What it holds:
 - breaker state per endpoint: "open for N s" and "blocked for N s" (upstream Retry-After);
 - in-flight work per replica and endpoint (a replica's report expires with it);
 - decaying latency statistics per endpoint (vectors of sums, merged by adding deltas);
-- the affinity log: chain insertions and truncations, replayed by the other replicas.
+- the affinity log: chain insertions and truncations, replayed by the other replicas;
+- each endpoint's health state, kept only when it orders after the stored one (a version);
+- small values and leases for the probes (their evidence; who runs a scheduled probe).
 
 Any backend failure raises `StoreUnavailable`; callers keep serving on local state.
 """
@@ -61,8 +63,14 @@ class AffinityEntry:
     blocks: tuple[int, ...]
 
 
+# A health record outlives a quiet week; replicas write theirs again after an outage.
+HEALTH_TTL_S = 7 * 86_400.0
+
+
 class StateStore(Protocol):
     name: str
+    # False for a store only this process reads (nothing needs publishing early).
+    shared: bool
 
     async def ping(self) -> None: ...
 
@@ -106,6 +114,30 @@ class StateStore(Protocol):
 
     async def affinity_read(self, cursor: str | None, limit: int) -> tuple[list[AffinityEntry], str]:
         """Entries after `cursor` (None: only what comes from now on), and the new cursor."""
+        ...
+
+    # -- health states: one record per endpoint, ordered by a version
+    async def health_publish(self, endpoint: str, version: tuple[float, float], record: bytes) -> bool:
+        """Store `record` as the endpoint's unless the stored one has a later version (tuples
+        compare in order; an equal version replaces it). True when stored."""
+        ...
+
+    async def health_read(self) -> dict[str, bytes]:
+        """Every endpoint's stored record."""
+        ...
+
+    # -- small values with a TTL (probe evidence)
+    async def kv_get(self, key: str) -> bytes | None: ...
+
+    async def kv_put(self, key: str, value: bytes, ttl_s: float) -> None: ...
+
+    # -- leases (one holder at a time, until it releases or the TTL passes)
+    async def lease_acquire(self, key: str, owner: str, ttl_s: float) -> bool:
+        """Take the lease if it is free or expired, or renew it if `owner` holds it; True when held."""
+        ...
+
+    async def lease_release(self, key: str, owner: str) -> None:
+        """Give the lease up, only if `owner` still holds it."""
         ...
 
 

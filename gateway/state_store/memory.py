@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
 
-from gateway.state_store.base import AffinityEntry, BreakerShared, RateResult
+from gateway.state_store.base import HEALTH_TTL_S, AffinityEntry, BreakerShared, RateResult
 from gateway.state_store.window import SlidingWindow
 
 # Latency vectors nobody updated for this many half-lives carry no weight: drop them.
@@ -33,6 +33,7 @@ class MemoryStore:
         self._kv: dict[str, tuple[float, bytes]] = {}  # key -> (expires, value): probe evidence, responses
         self._kv_sweep_at = KV_SWEEP_MIN
         self._leases: dict[str, tuple[float, str]] = {}  # key -> (expires, owner): probe leases
+        self._health: dict[str, tuple[float, tuple[float, float], bytes]] = {}  # endpoint -> (expires, version, record)
         self.closed = False
 
     async def ping(self) -> None:
@@ -143,6 +144,22 @@ class MemoryStore:
         start = max(0, after - self._log[0][0] + 1) if self._log else 0
         picked = list(islice(self._log, start, start + limit))
         return [entry for _, entry in picked], str(picked[-1][0] if picked else max(after, 0))
+
+    # -- health states ----------------------------------------------------------------
+
+    async def health_publish(self, endpoint: str, version: tuple[float, float], record: bytes) -> bool:
+        now = self._clock()
+        held = self._health.get(endpoint)
+        if held is not None and held[0] > now and held[1] > tuple(version):
+            return False
+        self._health[endpoint] = (now + HEALTH_TTL_S, (float(version[0]), float(version[1])), record)
+        return True
+
+    async def health_read(self) -> dict[str, bytes]:
+        now = self._clock()
+        for endpoint in [e for e, held in self._health.items() if held[0] <= now]:
+            del self._health[endpoint]
+        return {endpoint: held[2] for endpoint, held in self._health.items()}
 
     # -- key/value and leases (probes) ---------------------------------------------------
 

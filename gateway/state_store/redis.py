@@ -12,6 +12,7 @@ object. Every key has a TTL. Layout (prefix ``gw:`` by default)::
     aff               stream  r=<replica> b=<packed batch of (endpoint, insert|truncate, uint64 blocks)>
     kv:<key>          string with PX                      probe evidence (JSON), stored responses
     lease:<key>       string with PX                      a probe lease: the holder's name (set if free or ours)
+    health            hash  <ep> -> "<v1> <v2> <record>"  each endpoint's health record and its version
 
 Connection errors and timeouts (`StateStoreConfig.timeout_s`, no client-side retries) become
 `StoreUnavailable`: the caller decides how to go on without the store.
@@ -32,6 +33,7 @@ from redis.retry import Retry
 
 from gateway.redact import mask_urls
 from gateway.state_store.base import (
+    HEALTH_TTL_S,
     AffinityEntry,
     BreakerShared,
     RateResult,
@@ -228,6 +230,21 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
+# Replace an endpoint's health record unless the stored one has a later version (v1, then v2).
+HEALTH_PUBLISH = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+local v1, v2 = tonumber(ARGV[2]), tonumber(ARGV[3])
+if cur then
+  local s1, s2 = string.match(cur, '^(%S+) (%S+) ')
+  s1, s2 = tonumber(s1), tonumber(s2)
+  -- an unreadable stored record is replaced, not left to block every publish
+  if s1 and s2 and (s1 > v1 or (s1 == v1 and s2 > v2)) then return 0 end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
+
 # Every key's PTTL in one command (a pipeline of N PTTLs costs N commands' client-side packing).
 PTTLS = """
 local out = {}
@@ -251,6 +268,7 @@ def _limit(value: int | None) -> int:
 
 class RedisStore:
     name = "redis"
+    shared = True
 
     def __init__(self, url: str, *, prefix: str = "gw:", timeout: float = 0.25, client: Redis | None = None) -> None:
         self.url = mask_urls(url)  # for messages: /readyz and the log show it
@@ -275,6 +293,7 @@ class RedisStore:
         self._pttls = self._r.register_script(PTTLS)
         self._lease = self._r.register_script(LEASE_ACQUIRE)
         self._release = self._r.register_script(LEASE_RELEASE)
+        self._health = self._r.register_script(HEALTH_PUBLISH)
 
     async def _call(self, awaitable: Any) -> Any:
         try:
@@ -417,6 +436,22 @@ class RedisStore:
             out += _unpack(fields[b"r"].decode(), fields[b"b"])
             cursor = entry_id.decode()
         return out, cursor
+
+    # -- health states ----------------------------------------------------------------
+
+    async def health_publish(self, endpoint: str, version: tuple[float, float], record: bytes) -> bool:
+        # repr: the shortest text that reads back as the same double, in Lua as in Python.
+        args = [endpoint, repr(float(version[0])), repr(float(version[1])), record, int(HEALTH_TTL_S * 1000)]
+        return bool(int(await self._call(self._health(keys=[f"{self._p}health"], args=args))))
+
+    async def health_read(self) -> dict[str, bytes]:
+        raw = await self._call(self._r.hgetall(f"{self._p}health"))
+        out = {}
+        for k, v in raw.items():
+            parts = bytes(v).split(b" ", 2)
+            if len(parts) == 3:  # else not written by us: skipped, and replaced by the next publish
+                out[k.decode()] = parts[2]
+        return out
 
     # -- key/value and leases (probes) ---------------------------------------------------
 

@@ -31,6 +31,7 @@ from probes.toolcalls.trace import ToolTrace
 from probes.toolcalls.validator import ResponseReport
 
 if TYPE_CHECKING:
+    from gateway.catalog import Endpoint
     from gateway.health_states import HealthStates
     from gateway.pipeline.context import RequestContext
     from probes.settings import HealthSettings
@@ -82,13 +83,25 @@ class ToolCallMonitor:
 
     # -- request path ----------------------------------------------------------------
 
-    def start(self, ctx: RequestContext) -> None:
-        """Dispatch calls this once per request: a trace only when the request carries tools."""
+    # A `gateway.pipeline.observe.RequestObserver`, a peer of the others.
+    events = ("request_started", "finished")
+
+    def request_started(self, ctx: RequestContext) -> None:
+        """Once per request, before its first attempt: a trace only when the request carries tools."""
         if ctx.op == "chat" and ctx.body.get("tools"):
             ctx.tool_trace = ToolTrace()
 
-    def finished(self, ctx: RequestContext) -> None:
-        """The accountant's observer: check the completed response in the background, if traced."""
+    def attempt_started(self, ctx: RequestContext, endpoint: Endpoint, now: float) -> None:
+        return None
+
+    def attempt_committed(self, ctx: RequestContext, endpoint: Endpoint, now: float) -> None:
+        return None
+
+    def attempt_failed(self, ctx: RequestContext, endpoint: Endpoint, now: float, error: BaseException) -> None:
+        return None
+
+    def finished(self, ctx: RequestContext, record: object = None) -> None:
+        """The request is over: check the completed response in the background, if traced."""
         trace = ctx.tool_trace
         if trace is None:
             return

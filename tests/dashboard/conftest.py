@@ -181,11 +181,11 @@ async def seed_health(state: AppState, now: float) -> None:
         ("r/m2", "suspect", SUSPECT_REASON),
         ("evil/xss", "probation", "Back after a demotion: <i>watching</i>"),
     ):
-        t = state.health.transition(
-            endpoint_id, to, source="probe", reason=reason, at=now, score=0.42
-        )  # type: ignore[arg-type]
-        assert t is not None
-        await state.persistence.record_transition(t)
+        outcome: dict[str, bool] = {}
+        t = await state.health.transition(
+            endpoint_id, to, source="probe", reason=reason, at=now, score=0.42, outcome=outcome  # type: ignore[arg-type]
+        )
+        assert t is not None and outcome == {"state_store": True, "database": True}  # stored by its sinks
 
 
 @pytest.fixture(scope="module")

@@ -97,7 +97,7 @@ LOCAL = replace(make_endpoint("local-0", "m", provider="local"), region="local")
 def make_runner(script: Script, *endpoints: Endpoint, references: dict[str, str] | None = None,
                 persistence: Any = None) -> tuple[ProbeRunner, HealthStates, FakeClock]:
     clock = FakeClock(start=1_700_000_000.0)
-    health = HealthStates()
+    health = HealthStates({"database": persistence.record_transition} if persistence is not None else None)
     registry = ProbeRegistry(
         {
             "logprob_drift": script.probe("logprob_drift"),
@@ -232,6 +232,6 @@ async def test_demoting_the_last_endpoint_of_a_model_warns_loudly(caplog: pytest
 async def test_operator_pins_are_left_alone() -> None:
     script = Script({"fidelity": ["fail"]})
     runner, health, _ = make_runner(script)
-    health.transition(A.id, "demoted", source="manual", reason="ops", at=1.0, operator=True)
+    await health.transition(A.id, "demoted", source="manual", reason="ops", at=1.0, operator=True)
     report = await runner.run(A.id, ["fidelity"], trigger="manual")
     assert health.get(A.id).manual and health.state(A.id) == "demoted" and report.rounds[0].transition is None

@@ -1,25 +1,19 @@
 """The scheduler with a fake clock and a fake runner: jitter, demoted slowdown, errors survived,
-replicas deduplicated by the lease; and the lease contract on memory and on the real Redis."""
+replicas deduplicated by the lease (whose contract, on memory and on the real Redis, is in
+tests/gateway/state_store/test_contract.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
-
-import pytest
 
 from gateway.health_states import HealthStates
 from gateway.state_store.memory import MemoryStore
-from gateway.state_store.redis import RedisStore
 from probes.registry import ProbeRegistry
 from probes.scheduler import Lease, ProbeScheduler
 from probes.settings import ProbeSettings
 from tests.fakes.clock import FakeClock
-from tests.gateway.state_store.redis_helpers import REDIS_URL, delete_prefix, redis_available, unique_prefix
-from tests.services import require
 
 
 class FakeRunner:
@@ -77,7 +71,7 @@ async def test_demoted_endpoints_are_probed_less_often() -> None:
     clock = FakeClock()
     runner = FakeRunner(clock)
     health = HealthStates()
-    health.transition("b", "demoted", source="probe", reason="drift", at=0.0)
+    await health.transition("b", "demoted", source="probe", reason="drift", at=0.0)
     sched = scheduler(runner, clock, MemoryStore(clock), health=health)
     await run_for(sched, clock, 2 * 86_400)
     count = {ep: sum(1 for _, p, e in runner.calls if (p, e) == ("logprob_drift", ep)) for ep in "ab"}
@@ -120,59 +114,6 @@ async def test_two_replicas_run_each_job_once() -> None:
     assert 21 <= len(drift_a) <= 29, len(drift_a)
     assert all(b - a >= 3600 * 0.9 * 0.95 - 60 for a, b in zip(drift_a, drift_a[1:]))
     assert s1.skipped + s2.skipped >= 40
-
-
-# -- the lease contract on both stores --------------------------------------------------------
-
-
-@dataclass
-class Backend:
-    store: Any
-    advance: Callable[[float], Awaitable[None]]
-
-
-@pytest.fixture(params=["memory", "redis"])
-async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
-    if request.param == "memory":
-        clock = FakeClock()
-
-        async def advance(seconds: float) -> None:
-            clock.advance(seconds)
-
-        yield Backend(MemoryStore(clock), advance)
-        return
-    require(redis_available(), f"Redis is not answering at {REDIS_URL} (scripts/services.sh starts it)")
-    prefix = unique_prefix()
-    store = RedisStore(REDIS_URL, prefix=prefix, timeout=1.0)
-    try:
-        yield Backend(store, asyncio.sleep)
-    finally:
-        await store.aclose()
-        delete_prefix(prefix)
-
-
-async def test_lease_is_exclusive_renewable_and_expires(backend: Backend) -> None:
-    store = backend.store
-    assert await store.lease_acquire("probe:x:a", "r1", 0.3)
-    assert not await store.lease_acquire("probe:x:a", "r2", 0.3)
-    assert await store.lease_acquire("probe:x:b", "r2", 0.3)  # another job is another lease
-    assert await store.lease_acquire("probe:x:a", "r1", 0.3)  # the holder renews
-    await backend.advance(0.4)
-    assert await store.lease_acquire("probe:x:a", "r2", 0.3)  # expired: taken over
-
-
-async def test_lease_release_only_by_the_holder(backend: Backend) -> None:
-    store = backend.store
-    assert await store.lease_acquire("probe:y:a", "r1", 30)
-    await store.lease_release("probe:y:a", "r2")
-    assert not await store.lease_acquire("probe:y:a", "r2", 30)
-    await store.lease_release("probe:y:a", "r1")
-    assert await store.lease_acquire("probe:y:a", "r2", 30)
-
-
-async def test_concurrent_acquires_give_one_holder(backend: Backend) -> None:
-    got = await asyncio.gather(*(backend.store.lease_acquire("probe:z:a", f"r{i}", 30) for i in range(8)))
-    assert sum(got) == 1
 
 
 # -- where it runs: the gateway's lifespan and `gwctl worker` ---------------------------------

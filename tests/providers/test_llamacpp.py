@@ -15,6 +15,7 @@ from gateway.errors import AllAttemptsFailed, ProviderConnectError, ProviderServ
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.dispatch import Completed, Dispatcher, Streaming
 from gateway.routing.breaker import CircuitBreaker
+from gateway.routing.breaker_feedback import BreakerFeedback
 from gateway.routing.order import Ordering
 from providers.base import Target, UpstreamRequest, Usage
 from providers.engines import Replica
@@ -206,12 +207,12 @@ def dispatcher_for(handler: Callable[[UpstreamRequest], MockResponse]) -> Dispat
     clock = FakeClock()
     return Dispatcher(
         MockHTTPClient(handler),
-        CircuitBreaker(BreakerConfig(min_requests=100)),
         RETRY,
         Timeouts(connect=1, first_byte=1, between_chunks=1, total=5),
         clock=clock,
         rng=random.Random(1),
         sleep=clock.sleep,
+        observer=BreakerFeedback(CircuitBreaker(BreakerConfig(min_requests=100))),
     )
 
 
@@ -391,9 +392,10 @@ async def test_a_dead_replica_is_not_retried_even_when_retries_remain() -> None:
 
     clock = FakeClock()
     dispatcher = Dispatcher(
-        MockHTTPClient(dies), CircuitBreaker(BreakerConfig(min_requests=100)),
+        MockHTTPClient(dies),
         RetryConfig(attempts_per_endpoint=3, max_attempts=6, backoff_base=0.0, backoff_max=0.0),
         Timeouts(connect=1, first_byte=1, between_chunks=1, total=5), clock=clock, rng=random.Random(1), sleep=clock.sleep,
+        observer=BreakerFeedback(CircuitBreaker(BreakerConfig(min_requests=100))),
     )
     with pytest.raises(Unavailable):
         await dispatcher.dispatch(chat_context(), Ordering((replica,)))

@@ -8,9 +8,9 @@ from gateway.health_states import HealthStates
 from gateway.persistence.health import list_actions, list_transitions, load_states, record_transition
 
 
-def test_transitions_states_and_actions(engine: Engine) -> None:
+async def test_transitions_states_and_actions(engine: Engine) -> None:
     states = HealthStates()
-    t1 = states.transition(
+    t1 = await states.transition(
         "p/m",
         "suspect",
         source="probe",
@@ -21,7 +21,7 @@ def test_transitions_states_and_actions(engine: Engine) -> None:
     )
     assert t1 is not None
     record_transition(engine, t1)
-    t2 = states.transition("p/m", "demoted", source="manual", reason="bad answers", at=200.0, operator=True)
+    t2 = await states.transition("p/m", "demoted", source="manual", reason="bad answers", at=200.0, operator=True)
     assert t2 is not None
     record_transition(engine, t2, actor="alice", action="demote")
 
@@ -47,10 +47,10 @@ def test_transitions_states_and_actions(engine: Engine) -> None:
     assert loaded["p/m"].since == 200.0
 
 
-def test_filters_and_limits(engine: Engine) -> None:
+async def test_filters_and_limits(engine: Engine) -> None:
     states = HealthStates()
     for i, ep in enumerate(["a", "b", "a"]):
-        t = states.transition(ep, "suspect" if i < 2 else "demoted", source="probe", reason=str(i), at=float(i))
+        t = await states.transition(ep, "suspect" if i < 2 else "demoted", source="probe", reason=str(i), at=float(i))
         assert t is not None
         record_transition(engine, t)
     assert [r["reason"] for r in list_transitions(engine, endpoint_id="a")] == ["2", "0"]
@@ -58,15 +58,37 @@ def test_filters_and_limits(engine: Engine) -> None:
     assert list_actions(engine) == []
 
 
-def test_another_replica_adopts_stored_states(engine: Engine) -> None:
+async def test_another_replica_adopts_stored_states(engine: Engine) -> None:
     here, there = HealthStates(), HealthStates()
-    t = here.transition("p/m", "demoted", source="manual", reason="x", at=50.0, operator=True)
+    t = await here.transition("p/m", "demoted", source="manual", reason="x", at=50.0, operator=True)
     assert t is not None
     record_transition(engine, t)
     assert there.apply(load_states(engine)) == 1
     assert there.get("p/m").state == "demoted" and there.get("p/m").manual
-    restore = here.transition("p/m", "healthy", source="manual", reason="fixed", at=60.0, operator=True)
+    restore = await here.transition("p/m", "healthy", source="manual", reason="fixed", at=60.0, operator=True)
     assert restore is not None
     record_transition(engine, restore)
     there.apply(load_states(engine))
     assert there.get("p/m").state == "healthy" and not there.get("p/m").manual
+
+
+async def test_the_current_state_takes_only_a_state_that_orders_after_it(engine: Engine) -> None:
+    here, there = HealthStates(), HealthStates()
+    pin = await here.transition("p/m", "demoted", source="manual", reason="operator", at=100.0, operator=True)
+    # Another replica's probe, later by the clock, decided on a view that had not seen the pin.
+    stale = await there.transition("p/m", "suspect", source="probe", reason="drift", at=105.0)
+    assert pin is not None and stale is not None
+    record_transition(engine, pin)
+    record_transition(engine, stale)
+    assert [r["to_state"] for r in list_transitions(engine)] == ["suspect", "demoted"]  # both in the history
+    loaded = load_states(engine)["p/m"]
+    assert loaded == pin.entry() and loaded.operator_at == 100.0
+    restore = await here.transition("p/m", "healthy", source="manual", reason="fixed", at=110.0, operator=True)
+    assert restore is not None
+    record_transition(engine, restore)
+    record_transition(engine, pin)  # replayed late: older than the restore
+    assert load_states(engine)["p/m"] == restore.entry()
+    later = await here.transition("p/m", "suspect", source="probe", reason="drift again", at=120.0)
+    assert later is not None and later.operator_at == 110.0
+    record_transition(engine, later)
+    assert load_states(engine)["p/m"] == later.entry()

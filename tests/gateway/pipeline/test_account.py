@@ -1,4 +1,5 @@
-"""Accounting: cost math (cached tokens at their own price), per-endpoint totals, sinks."""
+"""Accounting: cost math (cached tokens at their own price), per-endpoint totals, the record
+handed to the request's observers."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 from gateway.config import Price
 from gateway.pipeline.account import Accountant, RequestRecord, cost_usd
 from gateway.pipeline.context import RequestContext
+from gateway.pipeline.observe import RecordObserver
 from providers.base import MAX_USAGE_TOKENS, Usage
 
 PRICE = Price(input=2.0, cached_input=0.5, output=8.0)  # USD per 1M tokens
@@ -37,11 +39,14 @@ def test_no_usage_costs_nothing() -> None:
     assert cost_usd(None, PRICE) == 0.0
 
 
-class Sink:
+class Sink(RecordObserver):
     def __init__(self) -> None:
         self.records: list[RequestRecord] = []
+        self.contexts: list[RequestContext] = []
 
-    def submit(self, record: RequestRecord) -> None:
+    def finished(self, ctx: RequestContext, record: RequestRecord | None = None) -> None:
+        assert record is not None
+        self.contexts.append(ctx)
         self.records.append(record)
 
 
@@ -56,7 +61,7 @@ def ctx(endpoint_id: str | None, usage: Usage | None, status: int = 200, started
 def test_record_and_totals() -> None:
     sink = Sink()
     now = [11.5]
-    accountant = Accountant({"a/m": PRICE}.get, lambda: now[0], sinks=(sink,))
+    accountant = Accountant({"a/m": PRICE}.get, lambda: now[0], sink)
 
     record = accountant.record(ctx("a/m", Usage(prompt_tokens=1_000, completion_tokens=200, cached_tokens=600)))
     accountant.record(ctx("a/m", None, status=502))

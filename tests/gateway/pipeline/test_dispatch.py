@@ -22,6 +22,7 @@ from gateway.errors import (
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.dispatch import Completed, Dispatcher, Streaming
 from gateway.routing.breaker import CircuitBreaker
+from gateway.routing.breaker_feedback import BreakerFeedback
 from gateway.routing.order import Ordering
 from providers.base import UpstreamRequest
 from providers.http import Timeouts
@@ -112,7 +113,8 @@ def setup(
     clock = FakeClock()
     breaker = breaker or CircuitBreaker(BreakerConfig(min_requests=100))
     dispatcher = Dispatcher(
-        MockHTTPClient(upstreams), breaker, retry, TIMEOUTS, clock=clock, rng=random.Random(42), sleep=clock.sleep
+        MockHTTPClient(upstreams), retry, TIMEOUTS, clock=clock, rng=random.Random(42), sleep=clock.sleep,
+        observer=BreakerFeedback(breaker),
     )
     return dispatcher, upstreams, breaker, clock
 

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import pytest
+import redis as sync_redis
 
-from gateway.state_store.base import AffinityEntry, StateStore
+from gateway.state_store.base import HEALTH_TTL_S, AffinityEntry, StateStore
 from gateway.state_store.memory import MemoryStore
 from gateway.state_store.redis import RedisStore
 from gateway.state_store.window import BUCKETS
@@ -217,8 +219,11 @@ async def test_every_redis_key_expires(redis_store: tuple[RedisStore, str]) -> N
     await store.inflight_report("r1", {"a/m": (1, 0)}, ttl_s=5)
     await store.latency_merge({"a/m": {"n0": 1.0}}, half_life_s=60)
     await store.affinity_publish([AffinityEntry("r1", "a/m", "insert", (1,))])
+    await store.health_publish("a/m", (0.0, 1.0), b"x")
+    await store.kv_put("probe:evidence:a/m", b"{}", 60)
+    await store.lease_acquire("probe:x:a/m", "r1", 60)
     ttls = keys_with_ttl(prefix)
-    assert len(ttls) == 7, ttls
+    assert len(ttls) == 10, ttls
     assert all(ttl > 0 for ttl in ttls.values()), ttls
 
 
@@ -233,3 +238,117 @@ async def test_an_unreachable_redis_is_unavailable_quickly() -> None:
         await store.rate_acquire("key:a", rpm=1, tpm=None, tokens=0, window_s=60)
     assert loop.time() - started < 1.0
     await store.aclose()
+
+
+def test_both_backends_implement_the_whole_protocol() -> None:
+    members = {
+        name for name in dir(StateStore) if not name.startswith("_")
+    } | set(StateStore.__annotations__)
+    assert {"kv_get", "kv_put", "lease_acquire", "lease_release", "health_publish", "health_read", "shared"} <= members
+    for cls in (MemoryStore, RedisStore):
+        for name in members:
+            assert hasattr(cls, name), f"{cls.__name__} lacks {name}"
+            declared = getattr(StateStore, name, None)
+            if callable(declared):
+                want = list(inspect.signature(declared).parameters)
+                assert list(inspect.signature(getattr(cls, name)).parameters) == want, (cls.__name__, name)
+
+
+# -- small values and leases (the probes' evidence and schedule) ------------------------------
+
+
+async def test_kv_reads_back_and_expires(backend: Backend) -> None:
+    store = backend.store
+    assert await store.kv_get("probe:evidence:a") is None
+    await store.kv_put("probe:evidence:a", b'{"cusum": {}}', 0.3)
+    assert await store.kv_get("probe:evidence:a") == b'{"cusum": {}}'
+    await store.kv_put("probe:evidence:a", b"\x00binary", 0.3)  # replaces, any bytes
+    assert await store.kv_get("probe:evidence:a") == b"\x00binary"
+    await backend.advance(0.4)
+    assert await store.kv_get("probe:evidence:a") is None
+
+
+async def test_lease_is_exclusive_renewable_and_expires(backend: Backend) -> None:
+    store = backend.store
+    assert await store.lease_acquire("probe:x:a", "r1", 0.3)
+    assert not await store.lease_acquire("probe:x:a", "r2", 0.3)
+    assert await store.lease_acquire("probe:x:b", "r2", 0.3)  # another job is another lease
+    assert await store.lease_acquire("probe:x:a", "r1", 0.3)  # the holder renews
+    await backend.advance(0.4)
+    assert await store.lease_acquire("probe:x:a", "r2", 0.3)  # expired: taken over
+
+
+async def test_lease_release_only_by_the_holder(backend: Backend) -> None:
+    store = backend.store
+    assert await store.lease_acquire("probe:y:a", "r1", 30)
+    await store.lease_release("probe:y:a", "r2")
+    assert not await store.lease_acquire("probe:y:a", "r2", 30)
+    await store.lease_release("probe:y:a", "r1")
+    assert await store.lease_acquire("probe:y:a", "r2", 30)
+
+
+async def test_concurrent_lease_acquires_give_one_holder(backend: Backend) -> None:
+    got = await asyncio.gather(*(backend.store.lease_acquire("probe:z:a", f"r{i}", 30) for i in range(8)))
+    assert sum(got) == 1
+
+
+# -- health states --------------------------------------------------------------------------
+
+
+async def test_health_keeps_the_record_with_the_later_version(backend: Backend) -> None:
+    store = backend.store
+    assert await store.health_read() == {}
+    t = 1_764_590_000.123456  # wall-clock seconds: versions must compare exactly, not rounded
+    assert await store.health_publish("a/m", (0.0, t), b"suspect")
+    assert await store.health_publish("a/m", (0.0, t + 1e-6), b"demoted")
+    assert not await store.health_publish("a/m", (0.0, t), b"stale")  # replayed late
+    assert await store.health_publish("a/m", (0.0, t + 1e-6), b"demoted again")  # an equal version replaces
+    # The first part outranks the second: an operator's action beats a later automatic move.
+    assert await store.health_publish("a/m", (t - 5, t - 5), b"pinned")
+    assert not await store.health_publish("a/m", (0.0, t + 60), b"automatic, from a stale view")
+    assert await store.health_publish("a/m", (t + 1, t + 1), b"restored")
+    assert await store.health_publish("b/m", (0.0, 1.0), b"other")  # endpoints are independent
+    assert await store.health_read() == {"a/m": b"restored", "b/m": b"other"}
+
+
+async def test_concurrent_health_publishes_keep_the_latest_version(backend: Backend) -> None:
+    versions = [(0.0, 100.0 + i) for i in range(10)]
+    order = [3, 9, 0, 7, 1, 8, 2, 6, 4, 5]
+    await asyncio.gather(*(backend.store.health_publish("c/m", versions[i], f"v{i}".encode()) for i in order))
+    assert (await backend.store.health_read())["c/m"] == b"v9"
+
+
+async def test_a_health_record_holds_binary_and_spaces(backend: Backend) -> None:
+    record = b'{"reason": "two  spaces and a \\n"} \x00\xff'
+    assert await backend.store.health_publish("d/m", (1.5, 2.5), record)
+    assert (await backend.store.health_read())["d/m"] == record
+
+
+async def test_the_health_record_expires_a_week_after_its_last_write(redis_store: tuple[RedisStore, str]) -> None:
+    store, prefix = redis_store
+    await store.health_publish("a/m", (0.0, 1.0), b"x")
+    (ttl,) = keys_with_ttl(prefix).values()
+    assert HEALTH_TTL_S * 1000 - 60_000 < ttl <= HEALTH_TTL_S * 1000
+
+
+async def test_memory_health_records_expire() -> None:
+    clock = FakeClock(start=0.0)
+    store = MemoryStore(clock)
+    await store.health_publish("a/m", (0.0, 1.0), b"x")
+    clock.advance(HEALTH_TTL_S - 1)
+    assert await store.health_read() == {"a/m": b"x"}
+    clock.advance(2)
+    assert await store.health_read() == {}
+    assert await store.health_publish("a/m", (0.0, 0.5), b"older, but the newer one is gone")
+
+
+async def test_an_unreadable_stored_health_record_is_replaced(redis_store: tuple[RedisStore, str]) -> None:
+    store, prefix = redis_store
+    client = sync_redis.Redis.from_url(REDIS_URL)
+    try:
+        client.hset(f"{prefix}health", "a/m", b"garbage")
+    finally:
+        client.close()
+    assert await store.health_read() == {}
+    assert await store.health_publish("a/m", (0.0, 1.0), b"fresh")
+    assert (await store.health_read())["a/m"] == b"fresh"

@@ -58,7 +58,7 @@ async def finish(
     request: Mapping[str, Any] = REQUEST,
 ) -> RequestContext:
     ctx = RequestContext("r", "chat", 0.0, key_name=key, body={"model": "m", **(request if tools else {})})
-    mon.start(ctx)
+    mon.request_started(ctx)
     if ctx.tool_trace is not None:
         ctx.tool_trace.feed_body(body)
     ctx.endpoint_id, ctx.status = ep, status
@@ -139,7 +139,7 @@ async def bad_from_two_keys(mon: ToolCallMonitor, tag: str, wait: Callable[[], A
     """One bad response on ep-1 from each of two keys: enough for an alarm."""
     for key in (f"{tag}-a", f"{tag}-b"):
         ctx = RequestContext("r", "chat", 0.0, key_name=key, body={"model": "m", **REQUEST})
-        mon.start(ctx)
+        mon.request_started(ctx)
         assert ctx.tool_trace is not None
         ctx.tool_trace.feed_body(BAD)
         ctx.endpoint_id = "ep-1"
@@ -177,9 +177,9 @@ async def test_one_confirmation_at_a_time_and_a_cooldown_between_them() -> None:
 async def test_no_confirmation_for_demoted_or_pinned_endpoints() -> None:
     health, rec = HealthStates(), Recorder()
     mon = monitor(health, rec)
-    health.transition("ep-1", "demoted", source="probes", reason="test", at=0.0)
-    health.transition("ep-2", "suspect", source="manual", reason="op", at=0.0, operator=True)
-    health.transition("ep-3", "probation", source="probes", reason="test", at=0.0)
+    await health.transition("ep-1", "demoted", source="probes", reason="test", at=0.0)
+    await health.transition("ep-2", "suspect", source="manual", reason="op", at=0.0, operator=True)
+    await health.transition("ep-3", "probation", source="probes", reason="test", at=0.0)
     for ep in ("ep-1", "ep-2", "ep-3"):
         for key in ("a", "b"):
             await finish(mon, BAD, ep=ep, key=key)
@@ -224,7 +224,7 @@ async def test_a_classification_failure_never_reaches_the_request(caplog: Any) -
     health, rec = HealthStates(), Recorder()
     mon = monitor(health, rec)
     ctx = RequestContext("r", "chat", 0.0, body={"model": "m", **REQUEST})
-    mon.start(ctx)
+    mon.request_started(ctx)
 
     class Exploding:
         def response(self) -> dict[str, Any]:
