@@ -13,7 +13,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from gateway.background import Deadline, LoopHealth
+from kernel.tasks import Deadline, LoopHealth
 from gateway.admin_limits import FailureLimiter
 from gateway.admin_sessions import SessionStore
 from gateway.catalog import Catalog, Endpoint, endpoints_from_settings

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.config import DeploymentConfig, Settings
-from gateway.errors import ModelNotFound
+from kernel.errors import ModelNotFound
 from providers.base import Adapter, Target
 from providers.registry import adapter_for
 

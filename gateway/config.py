@@ -23,7 +23,8 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from gateway.errors import ConfigError
+from kernel.errors import ConfigError
+from kernel.frozen import Frozen
 from gateway.routing.settings import DeploymentRouting, RoutingConfig, StateStoreConfig
 from probes.settings import ProbeSettings
 from providers.settings import TLSConfig, UpstreamConfig, checked_proxy
@@ -31,11 +32,7 @@ from providers.settings import TLSConfig, UpstreamConfig, checked_proxy
 Mode = Literal["chat", "completions", "embeddings"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ServerConfig(_Frozen):
+class ServerConfig(Frozen):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
@@ -63,7 +60,7 @@ class ServerConfig(_Frozen):
         return v
 
 
-class TimeoutConfig(_Frozen):
+class TimeoutConfig(Frozen):
     """Seconds. `first_byte` covers headers and the first body bytes; `between_chunks` each later read."""
 
     connect: float = Field(5.0, gt=0)
@@ -72,7 +69,7 @@ class TimeoutConfig(_Frozen):
     total: float = Field(600.0, gt=0)
 
 
-class RetryConfig(_Frozen):
+class RetryConfig(Frozen):
     attempts_per_endpoint: int = Field(2, ge=1, le=10)
     max_attempts: int = Field(6, ge=1, le=50)
     backoff_base: float = Field(0.1, ge=0)
@@ -84,7 +81,7 @@ class RetryConfig(_Frozen):
     max_retry_after_block: float = Field(300.0, gt=0, allow_inf_nan=False)
 
 
-class BreakerConfig(_Frozen):
+class BreakerConfig(Frozen):
     window_seconds: float = Field(60.0, gt=0)
     min_requests: int = Field(5, ge=1)
     failure_rate: float = Field(0.5, gt=0, le=1)
@@ -92,7 +89,7 @@ class BreakerConfig(_Frozen):
     half_open_probes: int = Field(1, ge=1)
 
 
-class Price(_Frozen):
+class Price(Frozen):
     """USD per 1M tokens."""
 
     input: float = Field(0.0, ge=0)
@@ -104,7 +101,7 @@ class Price(_Frozen):
         return self.input if self.cached_input is None else self.cached_input
 
 
-class Capabilities(_Frozen):
+class Capabilities(Frozen):
     modes: frozenset[Mode] = frozenset({"chat", "completions"})
     tools: bool = True
     logprobs: bool = True
@@ -116,7 +113,7 @@ class Capabilities(_Frozen):
     max_fanout_n: int = Field(8, ge=1, le=128)
 
 
-class ProviderConfig(_Frozen):
+class ProviderConfig(Frozen):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
     # Adapter kind, looked up in `providers.registry`.
     kind: str = "openai"
@@ -153,7 +150,7 @@ def _header_safe(v: str | None) -> str | None:
     return v
 
 
-class DeploymentConfig(_Frozen):
+class DeploymentConfig(Frozen):
     model: str = Field(min_length=1)
     provider: str
     upstream_model: str | None = None
@@ -175,7 +172,7 @@ class DeploymentConfig(_Frozen):
         return self.upstream_model or self.model
 
 
-class GatewayKey(_Frozen):
+class GatewayKey(Frozen):
     name: str = Field(min_length=1)
     # The key itself, or its stored hash as "sha256:<hex>".
     key: SecretStr
@@ -197,7 +194,7 @@ class GatewayKey(_Frozen):
         return key_digest(self.key.get_secret_value())
 
 
-class AuthConfig(_Frozen):
+class AuthConfig(Frozen):
     keys: tuple[GatewayKey, ...] = ()
     admin_key: SecretStr | None = None
     # Accept callers without a key. True is refused on a non-loopback bind; unset means open only
@@ -219,7 +216,7 @@ class AuthConfig(_Frozen):
         return v
 
 
-class EngineConfig(_Frozen):
+class EngineConfig(Frozen):
     """A local engine that the gateway starts and supervises (see `providers.engines`)."""
 
     name: str = Field("local", pattern=r"^[A-Za-z0-9_.\-]+$")
@@ -268,7 +265,7 @@ class EngineConfig(_Frozen):
         return self
 
 
-class DatabaseConfig(_Frozen):
+class DatabaseConfig(Frozen):
     """Where persistence lives: SQLite (a file, WAL mode) by default, PostgreSQL in production
     (``postgresql+psycopg://user@host:5432/db``; a plain ``postgresql://`` URL means psycopg 3)."""
 
@@ -287,7 +284,7 @@ class DatabaseConfig(_Frozen):
         return v
 
 
-class PersistenceConfig(_Frozen):
+class PersistenceConfig(Frozen):
     """Request records go to a bounded queue that a background writer drains in batches; past the
     bound they spill to an append-only file, replayed when the database answers again."""
 
@@ -315,7 +312,7 @@ class PersistenceConfig(_Frozen):
     write_timeout: float = Field(30.0, gt=0)
 
 
-class RetentionConfig(_Frozen):
+class RetentionConfig(Frozen):
     """Days to keep each table's rows (None: forever), enforced by a periodic job in small batches."""
 
     interval: float = Field(3600.0, gt=0)
@@ -329,7 +326,7 @@ class RetentionConfig(_Frozen):
     config_history_days: float | None = Field(365.0, gt=0)
 
 
-class MetricsConfig(_Frozen):
+class MetricsConfig(Frozen):
     """Prometheus metrics at ``/metrics`` (a registry per app; bounded labels only)."""
 
     enabled: bool = True

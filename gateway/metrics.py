@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gateway.background import LoopHealth
+from kernel.tasks import LoopHealth
 from gateway.catalog import Catalog
 from gateway.health_states import STATES, HealthStates
 from gateway.pipeline.account import RequestRecord

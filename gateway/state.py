@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway.admin_limits import FailureLimiter
 from gateway.admin_sessions import SessionStore
-from gateway.background import LoopHealth
+from kernel.tasks import LoopHealth
 from gateway.catalog import Catalog
 from gateway.config import Settings
 from gateway.health_states import HealthStates

@@ -11,7 +11,7 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from gateway.errors import GatewayError
+from kernel.errors import GatewayError
 from probes.budget import ProbeBudget
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ import random
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
-from gateway.background import Heartbeat, cancel_and_wait, run_forever
+from kernel.tasks import Heartbeat, cancel_and_wait, run_forever
 from gateway.health_states import HealthStates
 from gateway.state_store import StoreUnavailable
 from probes.runner import ProbeRunner
@@ -119,7 +119,7 @@ class ProbeScheduler:
         return min(MAX_SLEEP, max(0.0, soonest - self.clock()))
 
     async def run_forever(self) -> None:
-        # The loop outlives anything a round throws (gateway.background.run_forever).
+        # The loop outlives anything a round throws (kernel.tasks.run_forever).
         await run_forever(self.tick, self._pause, self.beat, sleep=self.sleep)
 
     async def _pause(self) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
-    from gateway.errors import ProviderError
+    from kernel.errors import ProviderError
 
 Operation = Literal["chat", "completions", "embeddings"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import (
+from kernel.errors import (
     ProviderAuthError,
     ProviderError,
     ProviderRateLimited,

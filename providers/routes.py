@@ -16,7 +16,7 @@ from urllib.request import proxy_bypass_environment
 
 from pydantic import SecretStr
 
-from gateway.errors import ConfigError
+from kernel.errors import ConfigError
 from providers.settings import ProxyConfig, TLSConfig, UpstreamConfig
 
 

@@ -17,7 +17,7 @@ from gateway.cli import route as route_cmd
 from gateway.cli import serve as serve_cmd
 from gateway.cli import testbed as testbed_cmd
 from gateway.cli import worker as worker_cmd
-from gateway.errors import ConfigError
+from kernel.errors import ConfigError
 
 Command = Callable[[argparse.Namespace], int]
 

@@ -28,7 +28,7 @@ from gateway.catalog import Catalog, endpoints_from_settings
 from gateway.cli.client import add_admin_key_options, client_settings
 from gateway.config import Settings, load_config
 from gateway.engines import all_engine_endpoints
-from gateway.errors import GatewayError
+from kernel.errors import GatewayError
 from gateway.pipeline.validate import validate
 from gateway.routing import explain
 from gateway.routing.breaker import CircuitBreaker

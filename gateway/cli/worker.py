@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from gateway.config import load_config
-from gateway.redact import install_log_redaction
+from kernel.redact import install_log_redaction
 from probes.worker import run_worker
 
 

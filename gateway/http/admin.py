@@ -14,7 +14,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import admin_sessions
-from gateway.errors import AuthenticationFailed, GatewayError, PermissionDenied, RateLimited
+from kernel.errors import AuthenticationFailed, GatewayError, PermissionDenied, RateLimited
 from gateway.http.errors import error_response
 from gateway.state import AppState
 

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.errors import GatewayError, InvalidRequest, NotFound, Unavailable
+from kernel.errors import GatewayError, InvalidRequest, NotFound, Unavailable
 from gateway.http.admin import _guard
 from gateway.http.admin_openapi import openapi
 from gateway.http.errors import error_response

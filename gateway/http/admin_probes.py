@@ -20,7 +20,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.catalog import Endpoint
-from gateway.errors import InvalidRequest, NotFound
+from kernel.errors import InvalidRequest, NotFound
 from gateway.http.admin_api import _handler
 from gateway.state import AppState
 from probes.registry import UnknownProbe

@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.errors import GatewayError, NotFound
+from kernel.errors import GatewayError, NotFound
 from gateway.http.admin import check_admin_key
 from gateway.http.errors import error_response
 from gateway.state import AppState

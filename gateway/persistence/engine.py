@@ -15,7 +15,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 
 from gateway.config import DatabaseConfig
-from gateway.redact import mask_urls
+from kernel.redact import mask_urls
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ from functools import partial
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SATimeoutError
 
-from gateway.background import LoopHealth
+from kernel.tasks import LoopHealth
 from gateway.catalog import Catalog
 from gateway.config import Settings
 from gateway.health_states import HealthStates, Transition
@@ -37,7 +37,7 @@ from gateway.pipeline.auth import Authenticator
 log = logging.getLogger("gateway.persistence")
 
 # What a database job's failure means when the database is away (the job is fine, it retries);
-# anything else is a bug, logged with its traceback (gateway.background).
+# anything else is a bug, logged with its traceback (kernel.tasks).
 DATABASE_OUTAGES: tuple[type[BaseException], ...] = (OperationalError, InterfaceError, SATimeoutError, StoreError, OSError, TimeoutError)
 
 

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gateway.background import Heartbeat
+from kernel.tasks import Heartbeat
 from gateway.config import PersistenceConfig
 import orjson
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.config import AuthConfig, Settings, key_digest
-from gateway.errors import AuthenticationFailed, KeyStoreUnavailable, PermissionDenied
+from kernel.errors import AuthenticationFailed, KeyStoreUnavailable, PermissionDenied
 
 
 # Distinct Authorization headers remembered as passed (a few hundred bytes each).

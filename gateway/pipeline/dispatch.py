@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from gateway.catalog import Endpoint
 from gateway.config import RetryConfig
-from gateway.errors import AllAttemptsFailed, ProviderError, ProviderStreamError, ProviderTimeout, Unavailable
+from kernel.errors import AllAttemptsFailed, ProviderError, ProviderStreamError, ProviderTimeout, Unavailable
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.fanout import fan_out, fan_out_count
 from gateway.routing.backoff import clamp_retry_after, retry_delay

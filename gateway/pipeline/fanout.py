@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from gateway.catalog import Endpoint
-from gateway.errors import ProviderStreamError
+from kernel.errors import ProviderStreamError
 from gateway.pipeline.context import RequestContext
 from providers.base import ParsedChunk, Usage
 from providers.fanout import ChunkMerger, add_usages, merge_bodies, sub_bodies

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.catalog import Catalog, Endpoint
-from gateway.errors import UnsupportedParameter
+from kernel.errors import UnsupportedParameter
 from providers.base import Operation
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
-from gateway.errors import GatewayError, ProviderError, ProviderStreamError
+from kernel.errors import GatewayError, ProviderError, ProviderStreamError
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.dispatch import Streaming
 

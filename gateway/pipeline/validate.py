@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import InvalidRequest
+from kernel.errors import InvalidRequest
 from gateway.routing import preferences
 from providers.base import Operation
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.catalog import Catalog, Endpoint
-from gateway.errors import InvalidRequest
+from kernel.errors import InvalidRequest
 from gateway.routing import explain, preferences
 from gateway.routing.cache_key import CacheKeySharder
 from gateway.routing.decision import NOT_READY, SOFT_REASONS, Decision, Filtered, Scored

@@ -13,15 +13,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from kernel.frozen import Frozen
+
 # The names `gateway.routing.policies.POLICIES` registers (a test keeps the two in step).
 POLICY_NAMES = ("score", "round_robin", "least_loaded", "session_sticky", "config_order", "random")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Weights(_Frozen):
+class Weights(Frozen):
     """How each score term turns into penalty seconds."""
 
     # Seconds of penalty per US cent of expected request cost (1.0: a cent is worth a second).
@@ -49,7 +47,7 @@ class Weights(_Frozen):
     reuse_s: float = Field(60.0, gt=0)
 
 
-class Guards(_Frozen):
+class Guards(Frozen):
     """Load guards that stop affinity from piling onto one replica."""
 
     # SGLang-style imbalance override over slot-limited (local) endpoints: when the most loaded has
@@ -69,7 +67,7 @@ class Guards(_Frozen):
     explore: float = Field(0.0, ge=0, le=1)
 
 
-class AffinitySettings(_Frozen):
+class AffinitySettings(Frozen):
     # Bytes of canonical (model, tools, messages) per hashed block: 512 bytes (about 128 tokens)
     # for the first `coarse_after_bytes`, then `coarse_block_bytes` (bench/routing_decision.py:
     # hashing is a call per block, so long histories in small blocks cost the most for the least).
@@ -96,7 +94,7 @@ class AffinitySettings(_Frozen):
         return self
 
 
-class LatencySettings(_Frozen):
+class LatencySettings(Frozen):
     half_life_s: float = Field(300.0, gt=0)
     # Upper bounds (uncached prompt tokens) of the prompt-size bands; one more band above the last.
     bands: tuple[int, ...] = (512, 2048, 8192, 32768)
@@ -110,7 +108,7 @@ class LatencySettings(_Frozen):
         return self
 
 
-class KeyPolicy(_Frozen):
+class KeyPolicy(Frozen):
     """Per gateway key (by name): where its requests may go, and its own rate limits."""
 
     # Allowed endpoint regions; None allows any.
@@ -121,7 +119,7 @@ class KeyPolicy(_Frozen):
     tpm: int | None = Field(None, ge=1)
 
 
-class RoutingConfig(_Frozen):
+class RoutingConfig(Frozen):
     # A policy name from `gateway.routing.policies.POLICIES`.
     policy: str = "score"
     weights: Weights = Weights()
@@ -148,7 +146,7 @@ class RoutingConfig(_Frozen):
 CacheKind = Literal["auto", "none", "engine", "openai", "anthropic", "deepseek", "gemini"]
 
 
-class CacheSettings(_Frozen):
+class CacheSettings(Frozen):
     """How an endpoint's prefix cache behaves. `auto` picks a profile from the provider kind
     (`gateway.routing.affinity.CACHE_PROFILES`); any field set here overrides the profile."""
 
@@ -163,7 +161,7 @@ class CacheSettings(_Frozen):
     prompt_cache_key: bool | None = None
 
 
-class DeploymentRouting(_Frozen):
+class DeploymentRouting(Frozen):
     """What routing knows about one deployment beyond its price and capabilities."""
 
     # Requests it serves at once without queueing (a llama.cpp replica: 1). None: elastic (cloud),
@@ -183,7 +181,7 @@ class DeploymentRouting(_Frozen):
     unsupported_params: tuple[str, ...] = ()
 
 
-class StateStoreConfig(_Frozen):
+class StateStoreConfig(Frozen):
     """Where routing state shared by gateway replicas lives."""
 
     backend: Literal["memory", "redis"] = "memory"

@@ -24,9 +24,9 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from gateway.background import Heartbeat, cancel_and_wait, run_forever
+from kernel.tasks import Heartbeat, cancel_and_wait, run_forever
 from gateway.catalog import Catalog, Endpoint, ReportedLoad
-from gateway.errors import RateLimited
+from kernel.errors import RateLimited
 from gateway.routing.affinity import AffinityIndex, CacheProfile, profile_for
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.features import blocks_of

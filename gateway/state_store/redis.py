@@ -30,7 +30,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 from redis.retry import Retry
 
-from gateway.redact import mask_urls
+from kernel.redact import mask_urls
 from gateway.state_store.base import (
     AffinityEntry,
     BreakerShared,

@@ -16,6 +16,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kernel.frozen import Frozen
+
 # llama.cpp's quantization types that `llama_model_quantize` can write (LLAMA_FTYPE_MOSTLY_<name>).
 QUANT_TYPES = (
     "Q2_K",
@@ -48,8 +50,8 @@ class FaultSpecError(ValueError):
     """A fault spec that cannot be served; the message is one line."""
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+class _Frozen(Frozen):
+    model_config = ConfigDict(strict=True)  # merged with the base's frozen, extra="forbid"
 
 
 class ToolCorruption(_Frozen):

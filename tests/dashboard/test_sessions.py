@@ -16,7 +16,7 @@ from gateway import admin_sessions
 from gateway.admin_sessions import SessionStore, admit, csrf_ok
 from gateway.app import create_app
 from gateway.config import load_config
-from gateway.errors import AuthenticationFailed, ConfigError, PermissionDenied
+from kernel.errors import AuthenticationFailed, ConfigError, PermissionDenied
 from gateway.http import dashboard
 from providers.http_mock import MockHTTPClient, MockResponse
 

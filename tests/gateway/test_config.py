@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.config import GatewayKey, Settings, key_digest, load_config
-from gateway.errors import ConfigError
+from kernel.errors import ConfigError
 
 PROVIDER_SECRET = "sk-provider-secret-value-1"
 GATEWAY_SECRET = "sk-gateway-secret-value-2"

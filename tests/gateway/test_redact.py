@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 from gateway.app import create_app
 from gateway.config import DatabaseConfig, load_config
 from gateway.persistence.stores import ProcessStore
-from gateway.redact import RedactingFilter, mask_urls
+from kernel.redact import RedactingFilter, mask_urls
 from providers.http_mock import MockHTTPClient, MockResponse
 
 SECRET = "s3cret-pw-4417"

@@ -11,7 +11,7 @@ import pytest
 
 from gateway.config import BreakerConfig, Capabilities, EngineConfig, RetryConfig
 from gateway.engines import engine_endpoints
-from gateway.errors import AllAttemptsFailed, ProviderConnectError, ProviderServerError, Unavailable
+from kernel.errors import AllAttemptsFailed, ProviderConnectError, ProviderServerError, Unavailable
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.dispatch import Completed, Dispatcher, Streaming
 from gateway.routing.breaker import CircuitBreaker

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.errors import (
+from kernel.errors import (
     ProviderAuthError,
     ProviderRateLimited,
     ProviderRejected,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.errors import ConfigError
+from kernel.errors import ConfigError
 from providers.llamacpp import LlamaCppAdapter
 from providers.openai_compat import OpenAICompatAdapter
 from providers.registry import ADAPTERS, adapter_for

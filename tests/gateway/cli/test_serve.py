@@ -12,7 +12,7 @@ import httpx
 import orjson
 
 from gateway.app import create_app, drain_timeout
-from gateway.background import Deadline
+from kernel.tasks import Deadline
 from gateway.cli.serve import GatewayServer, server_config
 from gateway.config import load_config
 from providers.base import UpstreamRequest

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from gateway.errors import AllAttemptsFailed, InvalidRequest, ProviderTimeout
+from kernel.errors import AllAttemptsFailed, InvalidRequest, ProviderTimeout
 from gateway.http.errors import error_body, error_event, error_response
 
 

@@ -9,7 +9,7 @@ from pydantic import SecretStr
 from sqlalchemy import Engine, select
 
 from gateway.config import AuthConfig, GatewayKey
-from gateway.errors import AuthenticationFailed, PermissionDenied
+from kernel.errors import AuthenticationFailed, PermissionDenied
 from gateway.persistence import keys
 from gateway.persistence.models import gateway_keys
 from gateway.pipeline.auth import Authenticator

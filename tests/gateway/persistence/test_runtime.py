@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gateway.background import LoopHealth
+from kernel.tasks import LoopHealth
 from gateway.catalog import Catalog
 from gateway.config import load_config
 from gateway.persistence.runtime import DATABASE_OUTAGES, Persistence

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from gateway.config import AuthConfig, GatewayKey, load_config
-from gateway.errors import AuthenticationFailed, KeyStoreUnavailable, PermissionDenied
+from kernel.errors import AuthenticationFailed, KeyStoreUnavailable, PermissionDenied
 from gateway.pipeline.auth import Authenticator, open_bind_problem, open_by_config
 
 KEY = "sk-team-a-key-0001"

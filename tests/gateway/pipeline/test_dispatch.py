@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from gateway.config import BreakerConfig, RetryConfig
-from gateway.errors import (
+from kernel.errors import (
     AllAttemptsFailed,
     ProviderConnectError,
     ProviderRejected,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import ModelNotFound, UnsupportedParameter
+from kernel.errors import ModelNotFound, UnsupportedParameter
 from gateway.pipeline.resolve import resolve
 from tests.fakes.catalog import make_catalog, make_endpoint
 

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
-from gateway.errors import GatewayError, ProviderError, ProviderStreamError, ProviderTimeout
+from kernel.errors import GatewayError, ProviderError, ProviderStreamError, ProviderTimeout
 from gateway.http.errors import error_event
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.dispatch import Streaming

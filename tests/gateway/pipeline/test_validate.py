@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import InvalidRequest
+from kernel.errors import InvalidRequest
 from gateway.pipeline.validate import parse_json, validate
 
 DROP = object()

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import InvalidRequest
+from kernel.errors import InvalidRequest
 from gateway.pipeline.validate import validate
 from gateway.routing.preferences import NO_PREFERENCES, check_names, parse
 

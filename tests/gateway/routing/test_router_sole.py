@@ -8,7 +8,7 @@ import pytest
 
 from gateway.catalog import Catalog, Endpoint
 from gateway.config import BreakerConfig, Settings
-from gateway.errors import InvalidRequest
+from kernel.errors import InvalidRequest
 from gateway.pipeline.context import RequestContext
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.router import Router

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.catalog import Catalog
 from gateway.config import BreakerConfig
-from gateway.errors import RateLimited
+from kernel.errors import RateLimited
 from gateway.routing.affinity import CacheProfile
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.settings import KeyPolicy, RoutingConfig, StateStoreConfig

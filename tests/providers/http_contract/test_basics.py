@@ -11,7 +11,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from gateway.errors import ProviderConnectError, ProviderStreamError, ProviderTimeout
+from kernel.errors import ProviderConnectError, ProviderStreamError, ProviderTimeout
 from providers.base import UpstreamRequest
 from providers.http import HTTPClient, Timeouts
 from providers.settings import UpstreamLimits

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from gateway.errors import ConfigError, ProviderConnectError
+from kernel.errors import ConfigError, ProviderConnectError
 from providers.routes import Routes
 from providers.settings import TLSConfig
 from tests.providers.http_contract.conftest import SLOW_OK, MakeClient, no_env, post
