@@ -16,7 +16,7 @@ from gateway.app import create_app
 from gateway.config import Settings, load_config
 from gateway.persistence import migrate
 from gateway.persistence.engine import make_engine
-from gateway.pipeline.account import RequestRecord
+from kernel.records import RequestRecord
 from gateway.state import AppState
 from providers.base import UpstreamRequest
 from providers.http_mock import MockHTTPClient, MockResponse

@@ -46,14 +46,15 @@ from gateway.catalog import (
     Catalog,
     endpoints_from_settings,
 )
-from gateway.config import BreakerConfig, load_config
+from gateway.config import load_config
+from gateway.routing.settings import BreakerConfig
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.features import blocks_of
 from gateway.routing.router import Router
 from gateway.routing.settings import RoutingConfig
 from gateway.routing.shared import SharedState
 from gateway.state_store.memory import MemoryStore
-from providers.base import Usage
+from kernel.values import Usage
 
 BLOCKS = blocks_of(RoutingConfig().affinity)  # the replicas cache whole blocks of the gateway's geometry
 BYTES_PER_TOKEN = 4  # the simulator's token accounting: 4 ASCII bytes a token

@@ -39,7 +39,7 @@ from probes.toolcalls.passive import SOURCE as TOOL_MONITOR
 from probes.toolcalls.passive import ToolCallMonitor
 from providers.http import HTTPClient, Timeouts
 from providers.clients import client_factory as upstream_client_factory
-from probes.runner import build_runner
+from gateway.probe_wiring import build_runner
 from probes.scheduler import build_scheduler
 
 log = logging.getLogger("gateway")

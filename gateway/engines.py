@@ -6,7 +6,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.catalog import Endpoint
-from gateway.config import Capabilities, DeploymentConfig, DeploymentRouting, EngineConfig
+from kernel.deployment import DeploymentRouting
+from providers.engines.config import EngineConfig
+from kernel.deployment import Capabilities, DeploymentConfig
 from providers.base import Adapter, Target
 from providers.engines.models import chat_template
 from providers.llamacpp import LlamaCppAdapter

@@ -11,37 +11,9 @@ Reads are dict lookups with no I/O. Time is passed in (wall-clock epoch seconds)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import replace
 
-HealthState = Literal["healthy", "suspect", "demoted", "probation"]
-STATES: tuple[HealthState, ...] = ("healthy", "suspect", "demoted", "probation")
-
-
-@dataclass(frozen=True, slots=True)
-class EndpointHealth:
-    state: HealthState = "healthy"
-    manual: bool = False  # set by an operator: probes leave it alone until a manual restore
-    score: float | None = None
-    source: str = "default"
-    reason: str = ""
-    since: float = 0.0
-
-
-HEALTHY = EndpointHealth()
-
-
-@dataclass(frozen=True, slots=True)
-class Transition:
-    endpoint_id: str
-    from_state: HealthState
-    to_state: HealthState
-    source: str
-    reason: str
-    at: float
-    manual: bool = False
-    score: float | None = None
-    evidence: Mapping[str, object] | None = None
+from kernel.health import HEALTHY, STATES, EndpointHealth, HealthState, Transition
 
 
 class HealthStates:

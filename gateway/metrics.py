@@ -21,8 +21,9 @@ from prometheus_client.registry import Collector
 
 from kernel.tasks import LoopHealth
 from gateway.catalog import Catalog
-from gateway.health_states import STATES, HealthStates
-from gateway.pipeline.account import RequestRecord
+from gateway.health_states import HealthStates
+from kernel.health import STATES
+from kernel.records import RequestRecord
 from gateway.routing.breaker import CircuitBreaker
 
 LABELS = ("endpoint", "model", "provider")

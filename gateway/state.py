@@ -18,6 +18,7 @@ from gateway.metrics import GatewayMetrics
 
 if TYPE_CHECKING:  # imported lazily: SQLAlchemy only loads when persistence is on
     from gateway.persistence.runtime import Persistence
+    from probes.runner import ProbeRunner
     from probes.toolcalls.passive import ToolCallMonitor
 from gateway.pipeline.account import Accountant
 from gateway.pipeline.auth import Authenticator
@@ -51,8 +52,8 @@ class AppState:
     sessions: SessionStore = field(default_factory=SessionStore)
     # Failed admin sign-ins and admin bearer checks per client address (gateway.http.admin).
     admin_failures: FailureLimiter = field(default_factory=lambda: FailureLimiter(10))
-    # The probe runner (probes.runner.ProbeRunner): on-demand audits and the scheduler use it.
-    probes: Any = None
+    # The probe runner: on-demand audits and the scheduler use it (built by gateway.probe_wiring).
+    probes: ProbeRunner | None = None
     # Passive tool-call validation of live responses (counts per endpoint; an alarm starts the suite).
     tool_monitor: ToolCallMonitor | None = None
     # The background loops' heartbeats (/readyz, /metrics).

@@ -16,7 +16,7 @@ from probes.budget import ProbeBudget
 
 if TYPE_CHECKING:
     from gateway.catalog import Endpoint
-    from providers.base import Operation
+    from kernel.values import Operation
     from providers.http import HTTPClient, Timeouts
 
 PROBE_HEADER = "x-gateway-probe"

@@ -21,7 +21,8 @@ from kernel.errors import (
     ProviderStreamError,
     ProviderTimeout,
 )
-from providers.base import Operation, ParsedBody, ParsedChunk, Target, UpstreamRequest, Usage
+from providers.base import ParsedBody, ParsedChunk, Target, UpstreamRequest
+from kernel.values import Operation, Usage
 
 PATHS: Mapping[str, str] = {
     "chat": "/chat/completions",

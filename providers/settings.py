@@ -94,3 +94,33 @@ class UpstreamConfig(Frozen):
 def checked_proxy(v: SecretStr | None) -> SecretStr | None:
     """A provider's own `proxy`: a URL, 'direct' (never a proxy), or unset (the `upstream.proxy` one)."""
     return _proxy_url(v)
+
+
+class ProviderConfig(Frozen):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    # Adapter kind, looked up in `providers.registry`.
+    kind: str = "openai"
+    base_url: str
+    # The name of the environment variable that holds the API key (never the key itself).
+    api_key_env: str | None = None
+    api_key: SecretStr | None = Field(None, exclude=True, repr=False)
+    region: str = "unknown"
+    # Data policy: whether the provider may keep or train on prompts.
+    keeps_prompts: bool = False
+    headers: dict[str, str] = Field(default_factory=dict)
+    # This provider's proxy URL, or "direct"; unset: `upstream.proxy` (see providers/settings.py).
+    proxy: SecretStr | None = Field(None, repr=False)
+    # Replaces `upstream.tls` for this provider (its own CA or client certificate).
+    tls: TLSConfig | None = None
+
+    @field_validator("proxy")
+    @classmethod
+    def _proxy(cls, v: SecretStr | None) -> SecretStr | None:
+        return checked_proxy(v)
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return v.rstrip("/")

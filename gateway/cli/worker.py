@@ -17,7 +17,7 @@ from typing import Any
 
 from gateway.config import load_config
 from kernel.redact import install_log_redaction
-from probes.worker import run_worker
+from gateway.worker import run_worker
 
 
 def add_parser(sub: Any) -> None:

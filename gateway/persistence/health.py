@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Engine, insert, select
 
-from gateway.health_states import EndpointHealth, Transition
+from kernel.health import EndpointHealth, Transition
 from gateway.persistence.models import endpoint_states, health_transitions, manual_actions
 from gateway.persistence.requests import upsert
 from gateway.persistence.types import utc

@@ -11,7 +11,7 @@ from datetime import datetime
 from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from gateway.config import key_digest
+from gateway.pipeline.settings import key_digest
 from gateway.persistence.models import gateway_keys
 from gateway.persistence.types import utc
 

@@ -8,7 +8,8 @@ import asyncio
 
 from sqlalchemy import Engine
 
-from gateway.health_states import EndpointHealth, HealthStates
+from gateway.health_states import HealthStates
+from kernel.health import EndpointHealth
 from gateway.persistence.engine import Database
 from gateway.persistence.health import load_states
 from gateway.persistence.keys import KeySet, load_keys

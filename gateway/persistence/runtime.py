@@ -20,9 +20,10 @@ from sqlalchemy.exc import TimeoutError as SATimeoutError
 
 from kernel.tasks import LoopHealth
 from gateway.catalog import Catalog
-from gateway.config import Settings
-from gateway.health_states import HealthStates, Transition
+from gateway.health_states import HealthStates
+from kernel.health import Transition
 from gateway.persistence.catalog import sync_catalog
+from gateway.persistence.config import PersistenceSettings
 from gateway.persistence.engine import Database, safe_url
 from gateway.persistence.health import record_transition
 from gateway.persistence.periodic import Periodic
@@ -43,7 +44,7 @@ DATABASE_OUTAGES: tuple[type[BaseException], ...] = (OperationalError, Interface
 
 class Persistence:
     def __init__(
-        self, settings: Settings, *, wall: Callable[[], float] = time.time, loops: LoopHealth | None = None
+        self, settings: PersistenceSettings, *, wall: Callable[[], float] = time.time, loops: LoopHealth | None = None
     ) -> None:
         cfg = settings.persistence
         self.settings = settings

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, inspect, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from gateway.config import DatabaseConfig
+from gateway.persistence.config import DatabaseConfig
 from gateway.persistence.engine import make_engine, safe_url
 
 SCHEMA_HEAD = ("0003",)

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.config import DatabaseConfig
+from gateway.persistence.config import DatabaseConfig
 from gateway.persistence.records import Stamped, encode_row
 from gateway.persistence.spill import SpillFile, replay_file
 

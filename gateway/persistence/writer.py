@@ -22,13 +22,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kernel.tasks import Heartbeat
-from gateway.config import PersistenceConfig
+from gateway.persistence.config import PersistenceConfig
 import orjson
 
 from gateway.persistence.records import Stamped, encode_row
 from gateway.persistence.spill import SpillFile, SpillFull
 from gateway.persistence.stores import BatchStore, StoreError
-from gateway.pipeline.account import RequestRecord
+from kernel.records import RequestRecord
 
 log = logging.getLogger("gateway.persistence")
 

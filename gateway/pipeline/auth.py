@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gateway.config import AuthConfig, Settings, key_digest
+from gateway.pipeline.settings import AuthConfig, AuthSettings, key_digest
 from kernel.errors import AuthenticationFailed, KeyStoreUnavailable, PermissionDenied
 
 
@@ -25,7 +25,7 @@ from kernel.errors import AuthenticationFailed, KeyStoreUnavailable, PermissionD
 PASSED_CAP = 4096
 
 
-def open_by_config(settings: Settings) -> bool:
+def open_by_config(settings: AuthSettings) -> bool:
     """Whether the API takes callers without a key: `auth.open`, or when unset, no key can exist."""
     if settings.auth.open is not None:
         return settings.auth.open
@@ -47,7 +47,7 @@ HOW_TO_ADD_A_KEY = (
 )
 
 
-def open_bind_problem(settings: Settings) -> str | None:
+def open_bind_problem(settings: AuthSettings) -> str | None:
     """One line when the API would be open on an address other machines can reach."""
     host = settings.server.host
     if not open_by_config(settings) or is_loopback(host):

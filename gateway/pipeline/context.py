@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from providers.base import Operation, Usage
+from kernel.values import Operation, Usage
 
 
 @dataclass(slots=True)

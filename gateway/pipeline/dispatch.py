@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.catalog import Endpoint
-from gateway.config import RetryConfig
+from gateway.routing.settings import RetryConfig
 from kernel.errors import AllAttemptsFailed, ProviderError, ProviderStreamError, ProviderTimeout, Unavailable
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.fanout import fan_out, fan_out_count
+from gateway.pipeline.outcome import Completed, Streaming
 from gateway.routing.backoff import clamp_retry_after, retry_delay
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.order import Ordering
@@ -28,20 +29,6 @@ from providers.http import HTTPClient, Timeouts, UpstreamResponse
 from providers.sse import SSEDecoder
 
 log = logging.getLogger("gateway.dispatch")
-
-
-@dataclass(slots=True)
-class Completed:
-    body: bytes
-
-
-@dataclass(slots=True)
-class Streaming:
-    endpoint: Endpoint
-    first: list[bytes]
-    rest: AsyncIterator[ParsedChunk]
-    done: bool
-    response: UpstreamResponse
 
 
 async def parse_stream(response: UpstreamResponse, translator: StreamTranslator) -> AsyncIterator[ParsedChunk]:

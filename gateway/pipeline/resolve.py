@@ -11,7 +11,7 @@ from typing import Any
 
 from gateway.catalog import Catalog, Endpoint
 from kernel.errors import UnsupportedParameter
-from providers.base import Operation
+from kernel.values import Operation
 
 
 def _requested_top_logprobs(op: Operation, body: dict[str, Any]) -> int | None:

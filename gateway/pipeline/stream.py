@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable
 
 from kernel.errors import GatewayError, ProviderError, ProviderStreamError
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.dispatch import Streaming
+from gateway.pipeline.outcome import Streaming
 
 DONE = b"data: [DONE]\n\n"
 

@@ -14,7 +14,7 @@ import orjson
 
 from kernel.errors import InvalidRequest
 from gateway.routing import preferences
-from providers.base import Operation
+from kernel.values import Operation
 
 Body = dict[str, Any]
 

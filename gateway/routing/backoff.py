@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 
-from gateway.config import RetryConfig
+from gateway.routing.settings import RetryConfig
 
 
 def retry_delay(attempt: int, retry_after: float | None, cfg: RetryConfig, rng: random.Random) -> float | None:

@@ -143,57 +143,21 @@ class RoutingConfig(Frozen):
         return self
 
 
-CacheKind = Literal["auto", "none", "engine", "openai", "anthropic", "deepseek", "gemini"]
+class RetryConfig(Frozen):
+    attempts_per_endpoint: int = Field(2, ge=1, le=10)
+    max_attempts: int = Field(6, ge=1, le=50)
+    backoff_base: float = Field(0.1, ge=0)
+    backoff_max: float = Field(2.0, ge=0)
+    # An upstream asking us to wait longer than this is skipped for the next candidate instead.
+    max_retry_after: float = Field(5.0, ge=0)
+    # The longest an upstream's Retry-After may block its endpoint (here and on every replica);
+    # longer values are clamped, non-finite ones ignored.
+    max_retry_after_block: float = Field(300.0, gt=0, allow_inf_nan=False)
 
 
-class CacheSettings(Frozen):
-    """How an endpoint's prefix cache behaves. `auto` picks a profile from the provider kind
-    (`gateway.routing.affinity.CACHE_PROFILES`); any field set here overrides the profile."""
-
-    kind: CacheKind = "auto"
-    ttl_s: float | None = Field(None, gt=0)
-    capacity_tokens: int | None = Field(None, ge=0)
-    min_tokens: int | None = Field(None, ge=0)
-    step_tokens: int | None = Field(None, ge=1)
-    # Whether the endpoint reports cached tokens in its usage.
-    reports: bool | None = None
-    # Whether to send `prompt_cache_key` (OpenAI's cache routing hint).
-    prompt_cache_key: bool | None = None
-
-
-class DeploymentRouting(Frozen):
-    """What routing knows about one deployment beyond its price and capabilities."""
-
-    # Requests it serves at once without queueing (a llama.cpp replica: 1). None: elastic (cloud),
-    # its queueing shows only in the observed TTFT.
-    slots: int | None = Field(None, ge=1)
-    # The upstream's own limits for this deployment (our account's quota).
-    rpm: int | None = Field(None, ge=1)
-    tpm: int | None = Field(None, ge=1)
-    # Priors until observations arrive: TTFT of a tiny prompt, prefill and decode rates.
-    ttft_s: float | None = Field(None, gt=0)
-    prefill_tps: float | None = Field(None, gt=0)
-    decode_tps: float | None = Field(None, gt=0)
-    # A static quality multiplier (the probes' score multiplies it).
-    quality: float = Field(1.0, gt=0, le=1)
-    cache: CacheSettings = CacheSettings()
-    # Request parameters this deployment ignores (checked with provider.require_parameters).
-    unsupported_params: tuple[str, ...] = ()
-
-
-class StateStoreConfig(Frozen):
-    """Where routing state shared by gateway replicas lives."""
-
-    backend: Literal["memory", "redis"] = "memory"
-    url: str = "redis://127.0.0.1:6379/0"
-    key_prefix: str = "gw:"
-    # How often each replica pushes its deltas and pulls the shared view.
-    sync_interval_s: float = Field(0.25, gt=0)
-    # Latency statistics move slowly (half-lives of minutes): push and pull them every N syncs.
-    latency_every: int = Field(4, ge=1)
-    # Per-operation timeout: an outage must not stall requests.
-    timeout_s: float = Field(0.25, gt=0)
-    # Defaults to host:pid.
-    replica_id: str | None = None
-    # Bounded buffers kept while the store is away, replayed when it returns.
-    max_pending_affinity: int = Field(20_000, ge=0)
+class BreakerConfig(Frozen):
+    window_seconds: float = Field(60.0, gt=0)
+    min_requests: int = Field(5, ge=1)
+    failure_rate: float = Field(0.5, gt=0, le=1)
+    open_seconds: float = Field(30.0, gt=0)
+    half_open_probes: int = Field(1, ge=1)

@@ -31,7 +31,8 @@ from gateway.routing.affinity import AffinityIndex, CacheProfile, profile_for
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.features import blocks_of
 from gateway.routing.latency import EndpointLatency, LatencyModel
-from gateway.routing.settings import KeyPolicy, RoutingConfig, StateStoreConfig
+from gateway.routing.settings import KeyPolicy, RoutingConfig
+from gateway.state_store.config import StateStoreConfig
 from gateway.routing.snapshot import EndpointStatic, prior_for
 from gateway.state_store.base import (
     AffinityEntry,

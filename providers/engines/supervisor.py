@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from gateway.config import EngineConfig
+from providers.engines.config import EngineConfig
 from providers.engines.commands import (
     ENGINE_KINDS,
     EngineKind,

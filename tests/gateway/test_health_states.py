@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.health_states import EndpointHealth, HealthStates
+from gateway.health_states import HealthStates
+from kernel.health import EndpointHealth
 
 
 def test_unknown_endpoints_are_healthy() -> None:

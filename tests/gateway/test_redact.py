@@ -12,7 +12,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
-from gateway.config import DatabaseConfig, load_config
+from gateway.config import load_config
+from gateway.persistence.config import DatabaseConfig
 from gateway.persistence.stores import ProcessStore
 from kernel.redact import RedactingFilter, mask_urls
 from providers.http_mock import MockHTTPClient, MockResponse

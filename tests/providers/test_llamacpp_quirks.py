@@ -16,7 +16,7 @@ import httpx
 import orjson
 import pytest
 
-from gateway.config import EngineConfig
+from providers.engines.config import EngineConfig
 from gateway.engines import engine_adapter
 from providers.base import Target
 from providers.engines import ENGINE_KINDS, EngineSupervisor

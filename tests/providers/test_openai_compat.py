@@ -18,7 +18,8 @@ from kernel.errors import (
     ProviderStreamError,
     ProviderTimeout,
 )
-from providers.base import Target, Usage
+from providers.base import Target
+from kernel.values import Usage
 from providers.openai_compat import OpenAICompatAdapter, map_http_error, retry_after_seconds
 
 TARGET = Target(

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, delete
 
-from gateway.config import DatabaseConfig
+from gateway.persistence.config import DatabaseConfig
 from gateway.persistence import migrate
 from gateway.persistence.engine import make_engine
 from gateway.persistence.models import metadata

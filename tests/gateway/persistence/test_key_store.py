@@ -14,7 +14,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
-from gateway.config import AuthConfig, DatabaseConfig
+from gateway.persistence.config import DatabaseConfig
+from gateway.pipeline.settings import AuthConfig
 from gateway.health_states import HealthStates
 from gateway.persistence import keys, migrate
 from gateway.persistence.engine import make_engine

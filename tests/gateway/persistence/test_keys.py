@@ -8,7 +8,7 @@ import pytest
 from pydantic import SecretStr
 from sqlalchemy import Engine, select
 
-from gateway.config import AuthConfig, GatewayKey
+from gateway.pipeline.settings import AuthConfig, GatewayKey
 from kernel.errors import AuthenticationFailed, PermissionDenied
 from gateway.persistence import keys
 from gateway.persistence.models import gateway_keys

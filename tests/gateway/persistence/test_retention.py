@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, func, select
 
-from gateway.config import RetentionConfig
-from gateway.health_states import Transition
+from gateway.persistence.config import RetentionConfig
+from kernel.health import Transition
 from gateway.persistence import probes
 from gateway.persistence.health import record_transition
 from gateway.persistence.models import (

@@ -6,7 +6,8 @@ import hashlib
 
 import pytest
 
-from gateway.config import AuthConfig, GatewayKey, load_config
+from gateway.config import load_config
+from gateway.pipeline.settings import AuthConfig, GatewayKey
 from kernel.errors import AuthenticationFailed, KeyStoreUnavailable, PermissionDenied
 from gateway.pipeline.auth import Authenticator, open_bind_problem, open_by_config
 

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.config import BreakerConfig, RetryConfig
+from gateway.routing.settings import BreakerConfig, RetryConfig
 from kernel.errors import (
     AllAttemptsFailed,
     ProviderConnectError,
@@ -20,7 +20,8 @@ from kernel.errors import (
     Unavailable,
 )
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.dispatch import Completed, Dispatcher, Streaming
+from gateway.pipeline.dispatch import Dispatcher
+from gateway.pipeline.outcome import Completed, Streaming
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.order import Ordering
 from providers.base import UpstreamRequest

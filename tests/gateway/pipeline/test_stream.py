@@ -10,9 +10,10 @@ import pytest
 from kernel.errors import GatewayError, ProviderError, ProviderStreamError, ProviderTimeout
 from gateway.http.errors import error_event
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.dispatch import Streaming
+from gateway.pipeline.outcome import Streaming
 from gateway.pipeline.stream import DONE, relay
-from providers.base import ParsedChunk, Usage
+from providers.base import ParsedChunk
+from kernel.values import Usage
 from providers.http_mock import MockResponse
 from tests.fakes.catalog import make_endpoint
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from gateway.config import RetryConfig
+from gateway.routing.settings import RetryConfig
 from gateway.routing.backoff import retry_delay
 
 CFG = RetryConfig(backoff_base=0.1, backoff_max=2.0, max_retry_after=5.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config import BreakerConfig
+from gateway.routing.settings import BreakerConfig
 from gateway.routing.breaker import CircuitBreaker
 
 CFG = BreakerConfig(window_seconds=60, min_requests=4, failure_rate=0.5, open_seconds=30, half_open_probes=1)

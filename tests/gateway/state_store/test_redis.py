@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from gateway.catalog import Catalog
-from gateway.config import BreakerConfig
+from gateway.routing.settings import BreakerConfig
 from gateway.routing.breaker import CircuitBreaker
-from gateway.routing.settings import RoutingConfig, StateStoreConfig
+from gateway.routing.settings import RoutingConfig
+from gateway.state_store.config import StateStoreConfig
 from gateway.routing.shared import SharedState
 from gateway.state_store.base import StoreRejected
 from gateway.state_store.redis import RedisStore

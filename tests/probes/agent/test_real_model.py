@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.config import EngineConfig
+from providers.engines.config import EngineConfig
 from probes.agent.loop import LoopConfig, run_agent
 from probes.agent.sandbox import SubprocessSandbox
 from probes.agent.loop import SYSTEM

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from gateway.cli.gwctl import main as gwctl
-from gateway.cli.testbed import READY_COMMENT
+from probes.testbed.cli import READY_COMMENT
 from gateway.config import load_config
 from probes.testbed.harness import EndpointSpec, Testbed, TestbedError
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import EngineConfig
+from providers.engines.config import EngineConfig
 from providers.engines.models import SHIPPED_TEMPLATES
 from providers.engines.commands import (
     ENGINE_KINDS,

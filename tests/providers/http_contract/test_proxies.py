@@ -11,7 +11,8 @@ import pytest
 import trustme
 from pydantic import SecretStr
 
-from gateway.config import ProviderConfig, load_config
+from gateway.config import load_config
+from providers.settings import ProviderConfig
 from kernel.errors import ProviderConnectError, ProviderError
 from providers.settings import ProxyConfig, TLSConfig, UpstreamConfig
 from tests.providers.http_contract.conftest import SLOW_OK, MakeClient, no_env, post

@@ -116,7 +116,7 @@ def test_an_unreadable_ca_file_fails_start_up_naming_it(tmp_path: Path) -> None:
 async def test_a_provider_tls_setting_replaces_the_default_for_that_provider_only(
     make_client: MakeClient, ca: trustme.CA, ca_file: Path
 ) -> None:
-    from gateway.config import ProviderConfig
+    from providers.settings import ProviderConfig
 
     async with RawServer(keep_serving(), tls=server_context(ca)) as server:
         base = server.url("/v1", host="localhost")
