@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.catalog import Catalog
 from gateway.config import Settings
-from gateway.routing.settings import BreakerConfig
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.explain import header
 from gateway.routing.router import Router
+from gateway.routing.settings import BreakerConfig
 from gateway.routing.shared import SharedState
 from gateway.routing.tokens import TokenCounter
 from gateway.state_store.memory import MemoryStore

@@ -47,11 +47,10 @@ from gateway.catalog import (
     endpoints_from_settings,
 )
 from gateway.config import load_config
-from gateway.routing.settings import BreakerConfig
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.features import blocks_of
 from gateway.routing.router import Router
-from gateway.routing.settings import RoutingConfig
+from gateway.routing.settings import BreakerConfig, RoutingConfig
 from gateway.routing.shared import SharedState
 from gateway.state_store.memory import MemoryStore
 from kernel.values import Usage
@@ -215,7 +214,9 @@ class Sim:
             ],
         )
         catalog = Catalog(endpoints_from_settings(settings), created=0)
-        clock = lambda: self.now
+        def clock() -> float:
+            return self.now
+
         shared = SharedState(settings.routing, settings.state_store, catalog, MemoryStore(clock), CircuitBreaker(BreakerConfig()), clock=clock, replica_id="sim")
         return Router(settings.routing, catalog, shared, clock=clock, rng=random.Random(self.args.seed)), shared
 

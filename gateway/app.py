@@ -13,34 +13,33 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from kernel.tasks import Deadline, LoopHealth
 from gateway.admin_limits import FailureLimiter
 from gateway.admin_sessions import SessionStore
 from gateway.catalog import Catalog, Endpoint, endpoints_from_settings
 from gateway.config import Settings
 from gateway.health_states import HealthStates
-from gateway.http import admin, admin_api, admin_probes, health, openai_routes, route_admin
-from gateway.http import dashboard
+from gateway.http import admin, admin_api, admin_probes, dashboard, health, openai_routes, route_admin
 from gateway.http import metrics as metrics_route
-from gateway.http.fast import GatewayApp
 from gateway.http.errors import method_not_allowed, not_found, server_error
+from gateway.http.fast import GatewayApp
 from gateway.http.middleware import RequestIdMiddleware
 from gateway.metrics import build_metrics
 from gateway.pipeline.account import Accountant
 from gateway.pipeline.auth import Authenticator, open_by_config
 from gateway.pipeline.dispatch import Dispatcher
+from gateway.probe_wiring import build_runner
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.router import Router
 from gateway.routing.shared import SharedState, sync_limit_s
 from gateway.state import AppState
 from gateway.state_store import StateStore, open_store
+from kernel.tasks import Deadline, LoopHealth
+from probes.scheduler import build_scheduler
 from probes.toolcalls.checker import ProcessChecker
 from probes.toolcalls.passive import SOURCE as TOOL_MONITOR
 from probes.toolcalls.passive import ToolCallMonitor
-from providers.http import HTTPClient, Timeouts
 from providers.clients import client_factory as upstream_client_factory
-from gateway.probe_wiring import build_runner
-from probes.scheduler import build_scheduler
+from providers.http import HTTPClient, Timeouts
 
 log = logging.getLogger("gateway")
 

@@ -33,6 +33,7 @@ from probes.settings import ProbeSettings
 from providers.engines.config import EngineConfig
 from providers.settings import ProviderConfig, UpstreamConfig
 
+
 class ServerConfig(Frozen):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)

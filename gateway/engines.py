@@ -6,10 +6,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.catalog import Endpoint
-from kernel.deployment import DeploymentRouting
-from providers.engines.config import EngineConfig
-from kernel.deployment import Capabilities, DeploymentConfig
+from kernel.deployment import Capabilities, DeploymentConfig, DeploymentRouting
 from providers.base import Adapter, Target
+from providers.engines.config import EngineConfig
 from providers.engines.models import chat_template
 from providers.llamacpp import LlamaCppAdapter
 from providers.registry import adapter_for

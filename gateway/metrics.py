@@ -19,12 +19,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from kernel.tasks import LoopHealth
 from gateway.catalog import Catalog
 from gateway.health_states import HealthStates
+from gateway.routing.breaker import CircuitBreaker
 from kernel.health import STATES
 from kernel.records import RequestRecord
-from gateway.routing.breaker import CircuitBreaker
+from kernel.tasks import LoopHealth
 
 LABELS = ("endpoint", "model", "provider")
 NO_ENDPOINT = "none"

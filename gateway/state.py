@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.admin_limits import FailureLimiter
 from gateway.admin_sessions import SessionStore
-from kernel.tasks import LoopHealth
 from gateway.catalog import Catalog
 from gateway.config import Settings
 from gateway.health_states import HealthStates
 from gateway.metrics import GatewayMetrics
+from kernel.tasks import LoopHealth
 
 if TYPE_CHECKING:  # imported lazily: SQLAlchemy only loads when persistence is on
     from gateway.persistence.runtime import Persistence

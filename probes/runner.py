@@ -22,8 +22,8 @@ import numpy as np
 
 from gateway.catalog import Catalog, Endpoint
 from gateway.health_states import HealthStates
-from kernel.health import Transition
 from gateway.state_store import StoreUnavailable
+from kernel.health import Transition
 from probes.base import ProbeContext, ProbeResult
 from probes.baselines import BaselineStore
 from probes.budget import BudgetExhausted, ProbeBudget

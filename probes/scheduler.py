@@ -16,9 +16,9 @@ import random
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
-from kernel.tasks import Heartbeat, cancel_and_wait, run_forever
 from gateway.health_states import HealthStates
 from gateway.state_store import StoreUnavailable
+from kernel.tasks import Heartbeat, cancel_and_wait, run_forever
 from probes.runner import ProbeRunner
 from probes.settings import ProbeSettings
 

@@ -3,10 +3,9 @@ health state machine's minimum times. Starting points come from research/probes.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from kernel.frozen import Frozen
-
 from probes.sentinels.settings import SentinelSettings
 
 

@@ -32,8 +32,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from providers.base import Target, UpstreamRequest
 from kernel.values import Operation
+from providers.base import Target, UpstreamRequest
 from providers.openai_compat import OpenAICompatAdapter, OpenAIStreamTranslator
 
 # OpenAI's sampling, where llama-server's defaults differ (its: 0.8, 0.95, 40, 0.05).

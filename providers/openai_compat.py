@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -21,8 +21,8 @@ from kernel.errors import (
     ProviderStreamError,
     ProviderTimeout,
 )
-from providers.base import ParsedBody, ParsedChunk, Target, UpstreamRequest
 from kernel.values import Operation, Usage
+from providers.base import ParsedBody, ParsedChunk, Target, UpstreamRequest
 
 PATHS: Mapping[str, str] = {
     "chat": "/chat/completions",
@@ -173,8 +173,8 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:  # "-0000": RFC 5322's "zone unknown", which HTTP dates mean as UTC
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _body_message(body: bytes) -> str:

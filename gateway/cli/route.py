@@ -28,12 +28,12 @@ from gateway.catalog import Catalog, endpoints_from_settings
 from gateway.cli.client import add_admin_key_options, client_settings
 from gateway.config import Settings, load_config
 from gateway.engines import all_engine_endpoints
-from kernel.errors import GatewayError
 from gateway.pipeline.explain import OPS, explain_with
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.router import Router
 from gateway.routing.shared import SharedState
 from gateway.state_store.memory import MemoryStore
+from kernel.errors import GatewayError
 
 
 def add_parser(sub: Any) -> None:

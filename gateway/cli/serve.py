@@ -14,11 +14,11 @@ from typing import Any
 import uvicorn
 
 from gateway.app import create_app, drain_timeout
-from kernel.tasks import Deadline
 from gateway.config import Settings, load_config
 from gateway.engines import all_engine_endpoints
 from gateway.pipeline.auth import open_bind_problem
 from kernel.redact import install_log_redaction
+from kernel.tasks import Deadline
 
 log = logging.getLogger("gateway")
 

@@ -18,7 +18,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from kernel.errors import GatewayError, InvalidRequest, NotFound, Unavailable
 from gateway.http.admin import _guard
 from gateway.http.admin_openapi import openapi
 from gateway.http.errors import error_response
@@ -27,6 +26,7 @@ from gateway.persistence import probes as probe_repo
 from gateway.persistence import stats
 from gateway.persistence.runtime import Persistence
 from gateway.state import AppState
+from kernel.errors import GatewayError, InvalidRequest, NotFound, Unavailable
 
 T = TypeVar("T")
 MAX_LIMIT = 1000

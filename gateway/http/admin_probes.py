@@ -20,12 +20,12 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.catalog import Endpoint
-from kernel.errors import InvalidRequest, NotFound
 from gateway.http.admin_api import _handler
+from gateway.probe_wiring import build_runner
 from gateway.state import AppState
+from kernel.errors import InvalidRequest, NotFound
 from probes.registry import UnknownProbe
 from probes.runner import ProbeRunner
-from gateway.probe_wiring import build_runner
 
 DEFAULT_PROBES = ("quality",)
 _DONE = object()

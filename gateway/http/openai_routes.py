@@ -17,15 +17,15 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from gateway.catalog import Endpoint
-from kernel.errors import GatewayError, PayloadTooLarge
 from gateway.http.errors import error_body, error_event, error_response
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.outcome import Completed, Streaming
 from gateway.pipeline.resolve import resolve
 from gateway.pipeline.stream import relay
 from gateway.pipeline.validate import parse_json, validate
-from kernel.redact import mask_urls
 from gateway.state import AppState
+from kernel.errors import GatewayError, PayloadTooLarge
+from kernel.redact import mask_urls
 from kernel.values import Operation
 
 T = TypeVar("T")

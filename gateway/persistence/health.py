@@ -7,10 +7,10 @@ from typing import Any
 
 from sqlalchemy import Engine, insert, select
 
-from kernel.health import EndpointHealth, Transition
 from gateway.persistence.models import endpoint_states, health_transitions, manual_actions
 from gateway.persistence.requests import upsert
 from gateway.persistence.types import utc
+from kernel.health import EndpointHealth, Transition
 
 
 def record_transition(engine: Engine, t: Transition, *, actor: str | None = None, action: str | None = None) -> None:

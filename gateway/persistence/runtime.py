@@ -18,10 +18,8 @@ from functools import partial
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SATimeoutError
 
-from kernel.tasks import LoopHealth
 from gateway.catalog import Catalog
 from gateway.health_states import HealthStates
-from kernel.health import Transition
 from gateway.persistence.catalog import sync_catalog
 from gateway.persistence.config import PersistenceSettings
 from gateway.persistence.engine import Database, safe_url
@@ -34,6 +32,8 @@ from gateway.persistence.spill import SpillFile
 from gateway.persistence.stores import ProcessStore, StoreError, ThreadStore
 from gateway.persistence.writer import RecordQueue, RecordWriter, WriterStats, writer_limit_s
 from gateway.pipeline.auth import Authenticator
+from kernel.health import Transition
+from kernel.tasks import LoopHealth
 
 log = logging.getLogger("gateway.persistence")
 

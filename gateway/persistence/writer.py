@@ -21,14 +21,14 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kernel.tasks import Heartbeat
-from gateway.persistence.config import PersistenceConfig
 import orjson
 
+from gateway.persistence.config import PersistenceConfig
 from gateway.persistence.records import Stamped, encode_row
 from gateway.persistence.spill import SpillFile, SpillFull
 from gateway.persistence.stores import BatchStore, StoreError
 from kernel.records import RequestRecord
+from kernel.tasks import Heartbeat
 
 log = logging.getLogger("gateway.persistence")
 

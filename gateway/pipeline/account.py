@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kernel.deployment import Price
 from gateway.pipeline.context import RequestContext
+from kernel.deployment import Price
 from kernel.records import RecordSink, RequestRecord
 from kernel.values import Usage
 

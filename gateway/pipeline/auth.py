@@ -20,7 +20,6 @@ from typing import Any
 from gateway.pipeline.settings import AuthConfig, AuthSettings, key_digest
 from kernel.errors import AuthenticationFailed, KeyStoreUnavailable, PermissionDenied
 
-
 # Distinct Authorization headers remembered as passed (a few hundred bytes each).
 PASSED_CAP = 4096
 

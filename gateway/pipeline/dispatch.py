@@ -12,18 +12,17 @@ import asyncio
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.catalog import Endpoint
-from gateway.routing.settings import RetryConfig
-from kernel.errors import AllAttemptsFailed, ProviderError, ProviderStreamError, ProviderTimeout, Unavailable
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.fanout import fan_out, fan_out_count
 from gateway.pipeline.outcome import Completed, Streaming
 from gateway.routing.backoff import clamp_retry_after, retry_delay
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.order import Ordering
+from gateway.routing.settings import RetryConfig
+from kernel.errors import AllAttemptsFailed, ProviderError, ProviderStreamError, ProviderTimeout, Unavailable
 from providers.base import ParsedChunk, StreamTranslator
 from providers.http import HTTPClient, Timeouts, UpstreamResponse
 from providers.sse import SSEDecoder

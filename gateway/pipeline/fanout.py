@@ -16,11 +16,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from gateway.catalog import Endpoint
-from kernel.errors import ProviderStreamError
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.outcome import Completed, Streaming
-from providers.base import ParsedChunk
+from kernel.errors import ProviderStreamError
 from kernel.values import Usage
+from providers.base import ParsedChunk
 from providers.fanout import ChunkMerger, add_usages, merge_bodies, sub_bodies
 
 Attempt = Callable[[RequestContext, Endpoint, dict[str, Any]], Awaitable[Completed | Streaming]]

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
-from kernel.errors import GatewayError, ProviderError, ProviderStreamError
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.outcome import Streaming
+from kernel.errors import GatewayError, ProviderError, ProviderStreamError
 
 DONE = b"data: [DONE]\n\n"
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
-from kernel.errors import InvalidRequest
 from gateway.routing import preferences
+from kernel.errors import InvalidRequest
 from kernel.values import Operation
 
 Body = dict[str, Any]

@@ -24,15 +24,12 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from kernel.tasks import Heartbeat, cancel_and_wait, run_forever
 from gateway.catalog import Catalog, Endpoint, ReportedLoad
-from kernel.errors import RateLimited
 from gateway.routing.affinity import AffinityIndex, CacheProfile, profile_for
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.features import blocks_of
 from gateway.routing.latency import EndpointLatency, LatencyModel
 from gateway.routing.settings import KeyPolicy, RoutingConfig
-from gateway.state_store.config import StateStoreConfig
 from gateway.routing.snapshot import EndpointStatic, prior_for
 from gateway.state_store.base import (
     AffinityEntry,
@@ -41,7 +38,10 @@ from gateway.state_store.base import (
     StoreUnavailable,
     rate_key,
 )
+from gateway.state_store.config import StateStoreConfig
 from gateway.state_store.window import SlidingWindow
+from kernel.errors import RateLimited
+from kernel.tasks import Heartbeat, cancel_and_wait, run_forever
 
 log = logging.getLogger("gateway.state")
 

@@ -30,7 +30,6 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 from redis.retry import Retry
 
-from kernel.redact import mask_urls
 from gateway.state_store.base import (
     AffinityEntry,
     BreakerShared,
@@ -39,6 +38,7 @@ from gateway.state_store.base import (
     StoreUnavailable,
 )
 from gateway.state_store.window import BUCKETS
+from kernel.redact import mask_urls
 
 SEP = "\x1f"
 LATENCY_TTL_MS = 86_400_000

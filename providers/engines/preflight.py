@@ -13,8 +13,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from providers.engines.config import EngineConfig
 from providers.engines.commands import ENGINE_KINDS, EngineKind, engine_environment, missing_requirement
+from providers.engines.config import EngineConfig
 from providers.engines.errors import EngineStartError
 from providers.engines.models import GEMMA3_PACKAGE, resolve_model
 from providers.engines.ports import port_in_use

@@ -7,15 +7,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pytest
 
 from gateway.catalog import Endpoint
 from gateway.health_states import HealthStates
-from kernel.health import Transition
 from gateway.state_store.memory import MemoryStore
+from kernel.health import Transition
 from probes.base import Effect, ProbeContext, ProbeResult, Verdict
 from probes.baselines import MemoryBaselines
 from probes.budget import BudgetExhausted

@@ -12,9 +12,9 @@ import httpx
 import orjson
 
 from gateway.app import create_app, drain_timeout
-from kernel.tasks import Deadline
 from gateway.cli.serve import GatewayServer, server_config
 from gateway.config import load_config
+from kernel.tasks import Deadline
 from providers.base import UpstreamRequest
 from providers.http_mock import MockHTTPClient, MockResponse
 

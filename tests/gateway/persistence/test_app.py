@@ -15,11 +15,11 @@ from sqlalchemy import Engine, func, select
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
-from kernel.errors import ProviderStreamError
 from gateway.persistence import keys
 from gateway.persistence.models import config_history, deployments, request_log, spend_daily
 from gateway.persistence.requests import write_batch
 from gateway.state import AppState
+from kernel.errors import ProviderStreamError
 from providers.base import UpstreamRequest
 from providers.http_mock import MockHTTPClient
 from tests.gateway.persistence.app_helpers import CHAT, COST, USER, answer, settings

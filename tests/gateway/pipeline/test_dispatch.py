@@ -10,6 +10,11 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.pipeline.context import RequestContext
+from gateway.pipeline.dispatch import Dispatcher
+from gateway.pipeline.outcome import Completed, Streaming
+from gateway.routing.breaker import CircuitBreaker
+from gateway.routing.order import Ordering
 from gateway.routing.settings import BreakerConfig, RetryConfig
 from kernel.errors import (
     AllAttemptsFailed,
@@ -19,11 +24,6 @@ from kernel.errors import (
     ProviderTimeout,
     Unavailable,
 )
-from gateway.pipeline.context import RequestContext
-from gateway.pipeline.dispatch import Dispatcher
-from gateway.pipeline.outcome import Completed, Streaming
-from gateway.routing.breaker import CircuitBreaker
-from gateway.routing.order import Ordering
 from providers.base import UpstreamRequest
 from providers.http import Timeouts
 from providers.http_mock import MockHTTPClient, MockResponse

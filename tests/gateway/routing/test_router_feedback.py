@@ -6,10 +6,10 @@ import random
 
 from gateway.catalog import Catalog
 from gateway.config import Settings
-from gateway.routing.settings import BreakerConfig
 from gateway.pipeline.context import RequestContext
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.router import Router
+from gateway.routing.settings import BreakerConfig
 from gateway.routing.shared import SharedState
 from gateway.state_store.memory import MemoryStore
 from kernel.values import Usage

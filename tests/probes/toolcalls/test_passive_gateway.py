@@ -25,8 +25,8 @@ from starlette.testclient import TestClient
 
 from gateway.app import create_app
 from gateway.config import Settings, load_config
-from gateway.persistence.config import DatabaseConfig
 from gateway.persistence import migrate
+from gateway.persistence.config import DatabaseConfig
 from gateway.persistence.engine import make_engine
 from probes.testbed.endpoints import EndpointSpec
 from providers.base import UpstreamRequest

@@ -12,9 +12,8 @@ import trustme
 from pydantic import SecretStr
 
 from gateway.config import load_config
-from providers.settings import ProviderConfig
 from kernel.errors import ProviderConnectError, ProviderError
-from providers.settings import ProxyConfig, TLSConfig, UpstreamConfig
+from providers.settings import ProviderConfig, ProxyConfig, TLSConfig, UpstreamConfig
 from tests.providers.http_contract.conftest import SLOW_OK, MakeClient, no_env, post
 from tests.providers.http_contract.servers import ConnectProxy, RawServer, keep_serving
 from tests.providers.http_contract.test_tls import server_context

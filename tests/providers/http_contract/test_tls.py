@@ -21,7 +21,7 @@ from tests.providers.http_contract.servers import RawServer, keep_serving
 def server_context(ca: trustme.CA, *, expired: bool = False, client_ca: trustme.CA | None = None) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     if expired:
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         cert = ca.issue_cert("localhost", "127.0.0.1", not_before=now - datetime.timedelta(days=30),
                              not_after=now - datetime.timedelta(days=1))
     else:
