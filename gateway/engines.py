@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from gateway.catalog import Endpoint
@@ -80,8 +81,8 @@ def engine_endpoints(cfg: EngineConfig, supervisor: Any) -> list[Endpoint]:
                     public_model=cfg.served_model_name,
                 ),
                 adapter=adapter,
-                ready=lambda s=supervisor, i=index: s.is_ready(i),
-                load=(lambda s=supervisor, i=index: s.load(i)) if hasattr(supervisor, "load") else None,
+                ready=partial(supervisor.is_ready, index),
+                load=partial(supervisor.load, index) if hasattr(supervisor, "load") else None,
             )
         )
     return endpoints

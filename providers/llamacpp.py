@@ -61,8 +61,8 @@ class LlamaCppAdapter(OpenAICompatAdapter):
         choice = payload.get("tool_choice")
         tools = payload.get("tools")
         if isinstance(choice, dict) and isinstance(tools, list):
-            name = (choice.get("function") or {}).get("name") if isinstance(choice.get("function"), dict) else None
-            named = [t for t in tools if isinstance(t, dict) and (t.get("function") or {}).get("name") == name]
+            forced = (choice.get("function") or {}).get("name") if isinstance(choice.get("function"), dict) else None
+            named = [t for t in tools if isinstance(t, dict) and (t.get("function") or {}).get("name") == forced]
             if named:
                 payload["tools"], payload["tool_choice"] = named, "required"
         if (

@@ -27,6 +27,7 @@ from gateway.persistence import stats
 from gateway.persistence.runtime import Persistence
 from gateway.state import AppState
 from kernel.errors import GatewayError, InvalidRequest, NotFound, Unavailable
+from kernel.health import HealthState
 
 T = TypeVar("T")
 MAX_LIMIT = 1000
@@ -214,7 +215,7 @@ async def _manual(request: Request, state: AppState, action: str) -> Response:
         raise InvalidRequest("`actor` must be a name of up to 128 characters.", param="actor")
     assert endpoint_id is not None
     now = state.persistence.wall() if state.persistence is not None else time.time()
-    to_state = "demoted" if action == "demote" else "healthy"
+    to_state: HealthState = "demoted" if action == "demote" else "healthy"
     transition = state.health.transition(
         endpoint_id,
         to_state,

@@ -68,7 +68,6 @@ class ProcessStore:
     def __init__(self, database: DatabaseConfig) -> None:
         self._config = database.model_dump_json()
         self._proc: asyncio.subprocess.Process | None = None
-        self._killed: list[asyncio.subprocess.Process] = []  # reaped at aclose
         self._lock = asyncio.Lock()
         self._killed: list[asyncio.subprocess.Process] = []  # discarded workers, reaped at close
 

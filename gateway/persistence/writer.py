@@ -209,10 +209,10 @@ class RecordWriter:
                 self._queue.put_back(batch)
                 raise StoreError(f"a batch write took longer than {self._cfg.write_timeout:g} s") from None
             except (TypeError, ValueError):
-                batch = self._drop_unserialisable(batch)
-                if batch is None:  # every record encodes: not a serialisation failure
+                kept = self._drop_unserialisable(batch)
+                if kept is None:  # every record encodes: not a serialisation failure
                     raise
-                self._queue.put_back(batch)  # the rest go in the next round
+                self._queue.put_back(kept)  # the rest go in the next round
                 continue
             except BaseException:
                 self._queue.put_back(batch)

@@ -136,10 +136,10 @@ class Authenticator:
         if self._open:
             return None
         if authorization is not None and (known := self._passed.get(authorization)) is not None:
-            name, stored = known
-            if stored and self._clock() > self._fresh_until:
+            known_name, known_stored = known
+            if known_stored and self._clock() > self._fresh_until:
                 raise self._unavailable()
-            return name
+            return known_name
         token = _bearer(authorization)
         if token is None:
             raise AuthenticationFailed(

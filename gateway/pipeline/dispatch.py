@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from typing import Any, Protocol
 
 from gateway.catalog import Endpoint
@@ -30,7 +30,7 @@ from providers.sse import SSEDecoder
 log = logging.getLogger("gateway.dispatch")
 
 
-async def parse_stream(response: UpstreamResponse, translator: StreamTranslator) -> AsyncIterator[ParsedChunk]:
+async def parse_stream(response: UpstreamResponse, translator: StreamTranslator) -> AsyncGenerator[ParsedChunk, None]:
     """One merged chunk per upstream read: events that arrived together leave together, in one
     write to the client (one transport write per event cost about half the CPU of a stream).
     The exception is the first event with a payload: it leaves alone, at once, so the time to
@@ -188,8 +188,7 @@ class Dispatcher:
         try:
             response = await self._client.send(request, self._timeouts, endpoint.id)
             if response.status >= 400:
-                body = await response.read()
-                raise adapter.map_error(target, response.status, response.headers, body)
+                raise adapter.map_error(target, response.status, response.headers, await response.read())
             if not ctx.stream:
                 parsed = adapter.parse_response(target, ctx.op, await response.read())
                 ctx.usage = parsed.usage

@@ -7,7 +7,7 @@ without ``[DONE]``, the client gets one OpenAI-style error event and the stream 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.outcome import Streaming
@@ -26,8 +26,8 @@ async def relay(
     *,
     error_event: Callable[[GatewayError], bytes],
     on_failure: Callable[[ProviderError], None],
-    on_finish: Callable[[RequestContext], None],
-) -> AsyncIterator[bytes]:
+    on_finish: Callable[[RequestContext], object],
+) -> AsyncGenerator[bytes, None]:
     parts = ctx.response_parts
     trace = ctx.tool_trace  # only for requests with tools
     try:

@@ -66,7 +66,7 @@ def _introspection_refuser() -> Callable[[str, tuple[object, ...]], None]:
 def _private_modules(checks_source: str) -> dict[str, types.ModuleType]:
     """Fresh copies of the modules the checks import, made before the solution runs and kept out of
     `sys.modules`, so a solution that patches `random` or `collections` does not patch the checks'."""
-    names = set()
+    names: set[str] = set()
     for node in ast.parse(checks_source).body:
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)

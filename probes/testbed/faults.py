@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -174,7 +174,10 @@ def reported_prompt_tokens(original: int, processed: int, spec: TruncatePrompt |
     return processed
 
 
-def loop_tokens(generated: Sequence[int], after: int, max_tokens: int, ngram: int) -> list[int]:
+T = TypeVar("T")
+
+
+def loop_tokens(generated: Sequence[T], after: int, max_tokens: int, ngram: int) -> list[T]:
     """The first `after` generated tokens, then their last `ngram` tokens repeated up to `max_tokens`."""
     head = list(generated[: min(after, max_tokens)])
     if not head:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, cast
 
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
@@ -148,7 +148,8 @@ def _text(content: object) -> str:
     if isinstance(content, str):
         return content
     # A list of content parts: keep the text ones.
-    return "".join(p.get("text", "") for p in content if isinstance(p, Mapping))  # type: ignore[union-attr]
+    parts = cast(Iterable[object], content)
+    return "".join(p.get("text", "") for p in parts if isinstance(p, Mapping))
 
 
 def _parameters(tool: Mapping[str, Any]) -> Mapping[str, Any]:
