@@ -82,7 +82,7 @@ class ProbeClient:
                 parsed = ep.adapter.parse_response(ep.target, op, raw)
             finally:
                 response.close()
-            data = json.loads(parsed.body)
+            data: dict[str, Any] = json.loads(parsed.body)
         except ContextOverflow:
             raise
         except ProbeUnavailable:

@@ -191,8 +191,8 @@ def _error_message(obj: Any) -> str:
         err = obj.get("error", obj)
         if isinstance(err, dict):
             for key in ("message", "detail", "msg"):
-                if isinstance(err.get(key), str):
-                    return err[key][:500]
+                if isinstance(text := err.get(key), str):
+                    return text[:500]
             if isinstance(err.get("detail"), list):
                 return orjson.dumps(err["detail"]).decode()[:500]
         if isinstance(err, str):

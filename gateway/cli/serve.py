@@ -9,6 +9,7 @@ import logging
 import signal
 import socket
 import sys
+from collections.abc import Coroutine
 from typing import Any
 
 import uvicorn
@@ -87,11 +88,11 @@ def _stored_keys(settings: Settings) -> bool:
         engine.dispose()
 
 
-def _run_loop(coro: Any) -> int:
+def _run_loop(coro: Coroutine[Any, Any, int]) -> int:
     try:
         import uvloop
 
-        return uvloop.run(coro)  # type: ignore[no-any-return]
+        return uvloop.run(coro)
     except ImportError:
         return asyncio.run(coro)
 

@@ -7,7 +7,7 @@ Handlers are thin: parse, run one query off the event loop (`Database.run`), ser
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -86,7 +86,7 @@ def _endpoint(state: AppState, endpoint_id: str | None, *, required: bool = Fals
     return endpoint_id
 
 
-def _handler(fn: Callable[[Request, AppState], Any]) -> Callable[[Request], Any]:
+def _handler(fn: Callable[[Request, AppState], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
     """Guard with the admin key, map gateway errors to OpenAI error JSON."""
 
     async def endpoint(request: Request) -> Response:

@@ -41,7 +41,8 @@ class ClientGone(Exception):
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope["headers"]:
         if key == name:
-            return value.decode("latin-1")
+            text: str = value.decode("latin-1")
+            return text
     return None
 
 

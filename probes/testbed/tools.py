@@ -88,7 +88,7 @@ def tool_grammar(tools: Sequence[Mapping[str, Any]], mode: str, parallel: bool) 
     ]
     one = calls[0] if len(calls) == 1 else {"anyOf": calls}
     schema = {"type": "array", "items": one, "minItems": 1, "maxItems": MAX_PARALLEL} if parallel else one
-    grammar = json_schema_to_gbnf(json.dumps(schema))
+    grammar: str = json_schema_to_gbnf(json.dumps(schema))
     if mode == "required":
         return grammar
     renamed = re.sub(r"^root ::=", "tool-call ::=", grammar, count=1, flags=re.MULTILINE)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import re2
@@ -117,11 +117,11 @@ def _refuse(uri: str) -> Any:
 def _draft(schema: Any) -> type[Validator]:
     declared = schema.get("$schema") if isinstance(schema, dict) else None
     if declared is None:
-        return Draft7Validator
+        return cast("type[Validator]", Draft7Validator)
     draft = KNOWN_SCHEMAS.get(str(declared).rstrip("#"))
     if draft is None:
         raise Unchecked("unknown $schema")
-    return draft  # type: ignore[return-value]
+    return cast("type[Validator]", draft)
 
 
 def _within_depth(value: Any, levels: int) -> None:
