@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -12,19 +12,20 @@ from gateway.catalog import Catalog
 from gateway.config import Settings
 from gateway.health_states import HealthStates
 from gateway.metrics import GatewayMetrics
-from kernel.tasks import LoopHealth
-
-if TYPE_CHECKING:  # imported lazily: SQLAlchemy only loads when persistence is on
-    from gateway.persistence.runtime import Persistence
-    from probes.runner import ProbeRunner
-    from probes.toolcalls.passive import ToolCallMonitor
 from gateway.pipeline.account import Accountant
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.router import Router
 from gateway.routing.shared import SharedState
+from kernel.clock import Clock
+from kernel.tasks import LoopHealth
 from providers.http import HTTPClient
+
+if TYPE_CHECKING:  # imported lazily: SQLAlchemy only loads when persistence is on
+    from gateway.persistence.runtime import Persistence
+    from probes.runner import ProbeRunner
+    from probes.toolcalls.passive import ToolCallMonitor
 
 
 @dataclass
@@ -36,7 +37,7 @@ class AppState:
     dispatcher: Dispatcher
     accountant: Accountant
     client: HTTPClient
-    clock: Callable[[], float]
+    clock: Clock  # monotonic (perf_counter): request timings
     # Supervised local engines (providers.engines.EngineSupervisor), already started.
     engines: Sequence[Any] = field(default_factory=tuple)
     # Endpoint health states (probes and operators set them; routing reads them).
