@@ -27,14 +27,13 @@ from gateway.metrics import build_metrics
 from gateway.pipeline.account import Accountant
 from gateway.pipeline.auth import Authenticator, open_by_config
 from gateway.pipeline.dispatch import Dispatcher
-from gateway.probe_wiring import build_runner
+from gateway.probe_wiring import build_runner, build_scheduler
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.router import Router
 from gateway.routing.shared import SharedState, sync_limit_s
 from gateway.state import AppState
 from gateway.state_store import StateStore, open_store
 from kernel.tasks import Deadline, LoopHealth
-from probes.scheduler import build_scheduler
 from probes.toolcalls.checker import ProcessChecker
 from probes.toolcalls.passive import SOURCE as TOOL_MONITOR
 from probes.toolcalls.passive import ToolCallMonitor

@@ -1,16 +1,22 @@
-"""The probe runner, given its collaborators from the app's state: catalog, health, the shared
-store (evidence), the database (baselines, runs, transitions) and the upstream HTTP client."""
+"""The probe runner and scheduler, given their collaborators from the app's state: catalog, health,
+the shared store (evidence, leases), the database (baselines, runs, transitions), the upstream HTTP
+client and the loops' heartbeats."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 from gateway.state import AppState
+from kernel.clock import Clock
 from probes.baselines import BaselineStore, MemoryBaselines
 from probes.budget import ProbeBudget
 from probes.evidence import EvidenceStore
 from probes.registry import ProbeRegistry
 from probes.runner import ProbeRunner, make_client_factory
+from probes.scheduler import SCHEDULER_LIMIT_S, ProbeScheduler
+
+log = logging.getLogger("gateway.probes")
 
 
 def build_runner(state: AppState, *, registry: ProbeRegistry | None = None) -> ProbeRunner:
@@ -40,4 +46,19 @@ def build_runner(state: AppState, *, registry: ProbeRegistry | None = None) -> P
         wall=wall,
         persistence=runs,
         metrics=state.metrics,
+    )
+
+
+def build_scheduler(state: AppState, runner: ProbeRunner, *, clock: Clock | None = None) -> ProbeScheduler:
+    """The scheduler for a built `gateway.state.AppState`, leasing through its shared state store."""
+    assert state.shared is not None
+    return ProbeScheduler(
+        runner,
+        state.settings.probes,
+        state.health,
+        state.shared.store,  # type: ignore[arg-type]  # StateStore lacks the lease methods (issue 18: its protocol)
+        endpoints=[ep.id for ep in state.catalog.endpoints],
+        owner=state.shared.replica,
+        clock=clock or runner.wall,
+        beat=state.loops.register("probe_scheduler", SCHEDULER_LIMIT_S, log) if getattr(state, "loops", None) else None,
     )

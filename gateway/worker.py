@@ -11,8 +11,7 @@ from typing import Any
 
 from gateway.app import build_state  # the same state the gateway builds
 from gateway.config import Settings
-from gateway.probe_wiring import build_runner
-from probes.scheduler import build_scheduler
+from gateway.probe_wiring import build_runner, build_scheduler
 from providers.clients import client_factory as upstream_client_factory  # the gateway's own client
 
 log = logging.getLogger("gateway.probes")

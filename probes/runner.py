@@ -32,6 +32,7 @@ from probes.evidence import EvidenceState, EvidenceStore
 from probes.policy import Decision, decide
 from probes.registry import ProbeMissing, ProbeRegistry
 from probes.settings import ProbeSettings
+from providers.http import HTTPClient, Timeouts
 
 log = logging.getLogger("gateway.probes")
 
@@ -340,8 +341,7 @@ class ProbeRunner:
             return None
 
 
-def make_client_factory(http: Any, settings: ProbeSettings, budget: ProbeBudget) -> ClientFactory:
-    from providers.http import Timeouts
+def make_client_factory(http: HTTPClient, settings: ProbeSettings, budget: ProbeBudget) -> ClientFactory:
 
     t = settings.request_timeout
     timeouts = Timeouts(connect=min(10.0, t), first_byte=t, between_chunks=t, total=t)

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 from gateway.health_states import HealthStates
 from gateway.state_store import StoreUnavailable
@@ -132,18 +132,3 @@ class ProbeScheduler:
     async def aclose(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
-
-
-def build_scheduler(state: Any, runner: ProbeRunner, *, clock: Callable[[], float] | None = None) -> ProbeScheduler:
-    """The scheduler for a built `gateway.state.AppState`, leasing through its shared state store."""
-    assert state.shared is not None
-    return ProbeScheduler(
-        runner,
-        state.settings.probes,
-        state.health,
-        state.shared.store,
-        endpoints=[ep.id for ep in state.catalog.endpoints],
-        owner=state.shared.replica,
-        clock=clock or runner.wall,
-        beat=state.loops.register("probe_scheduler", SCHEDULER_LIMIT_S, log) if getattr(state, "loops", None) else None,
-    )
