@@ -16,8 +16,8 @@ from gateway.app import create_app
 from gateway.config import Settings, load_config
 from gateway.persistence import migrate
 from gateway.persistence.engine import make_engine
-from gateway.pipeline.account import RequestRecord
 from gateway.state import AppState
+from kernel.records import RequestRecord
 from providers.base import UpstreamRequest
 from providers.http_mock import MockHTTPClient, MockResponse
 

@@ -20,8 +20,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from providers.base import UpstreamRequest  # noqa: E402
-from providers.http import Timeouts  # noqa: E402
-from providers.http import AiohttpClient  # noqa: E402
+from providers.http import (
+    AiohttpClient,  # noqa: E402
+    Timeouts,  # noqa: E402
+)
 
 TIMEOUTS = Timeouts(connect=5.0, first_byte=30.0, between_chunks=30.0, total=120.0)
 

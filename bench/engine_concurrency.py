@@ -26,8 +26,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.config import EngineConfig  # noqa: E402
 from providers.engines import EngineSupervisor  # noqa: E402
+from providers.engines.config import EngineConfig  # noqa: E402
 
 PROMPTS = [
     "Write a long story about a dragon who lives in a river.",

@@ -36,8 +36,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.config import EngineConfig  # noqa: E402
 from providers.engines import EngineSupervisor  # noqa: E402
+from providers.engines.config import EngineConfig  # noqa: E402
 
 WORDS = (
     "river mountain engine cache token prefix router gateway latency budget quality probe model "

@@ -24,12 +24,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import os
 import time
 from collections import Counter
 from pathlib import Path

@@ -24,15 +24,15 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.health_states import EndpointHealth  # noqa: E402
+from kernel.health import EndpointHealth  # noqa: E402
 from probes.base import Effect, ProbeResult, verdict_from_p  # noqa: E402
 from probes.distribution import confirm_permutations  # noqa: E402
 from probes.evidence import EvidenceState  # noqa: E402

@@ -45,7 +45,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from loadgen import (
+from loadgen import (  # noqa: F401  (re-exported: persistence_overhead.py uses them as ov.*)
     CHAT,
     CHAT_PATH,
     KEY,
@@ -53,13 +53,15 @@ from loadgen import (
     MODELS,
     STREAM,
     closed_loop,
+    connect,
+    now,
     open_loop,
+    pct,
     request_bytes,
     run_async,
     sequential_streams,
     wrk,
 )
-from loadgen import connect, now, pct  # noqa: F401  (re-exported: persistence_overhead.py uses them as ov.*)
 from procs import Server, cpu_meter, free_port, started, wait_quiet
 
 HERE = Path(__file__).resolve().parent

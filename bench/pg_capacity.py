@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.config import DatabaseConfig  # noqa: E402
 from gateway.persistence import migrate  # noqa: E402
+from gateway.persistence.config import DatabaseConfig  # noqa: E402
 from gateway.persistence.engine import make_engine  # noqa: E402
 from gateway.persistence.requests import write_batch  # noqa: E402
 from tests.gateway.persistence.factories import record  # noqa: E402

@@ -23,7 +23,8 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bare_proxy import TIMEOUTS  # noqa: E402
-from gateway.errors import ProviderError  # noqa: E402
+
+from kernel.errors import ProviderError  # noqa: E402
 from providers.base import UpstreamRequest  # noqa: E402
 from providers.http import AiohttpClient  # noqa: E402
 

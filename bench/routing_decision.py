@@ -28,10 +28,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.catalog import Catalog
-from gateway.config import BreakerConfig, Settings
+from gateway.config import Settings
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.explain import header
 from gateway.routing.router import Router
+from gateway.routing.settings import BreakerConfig
 from gateway.routing.shared import SharedState
 from gateway.routing.tokens import TokenCounter
 from gateway.state_store.memory import MemoryStore
@@ -63,7 +64,7 @@ def endpoints() -> list:
     # make_endpoint builds 'openai' kinds with no routing hints; give the local ones slots and windows.
     from dataclasses import replace
 
-    from gateway.routing.settings import DeploymentRouting
+    from kernel.deployment import DeploymentRouting
 
     out = []
     for i, ep in enumerate(eps):

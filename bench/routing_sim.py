@@ -46,14 +46,14 @@ from gateway.catalog import (
     Catalog,
     endpoints_from_settings,
 )
-from gateway.config import BreakerConfig, load_config
+from gateway.config import load_config
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.features import blocks_of
 from gateway.routing.router import Router
-from gateway.routing.settings import RoutingConfig
+from gateway.routing.settings import BreakerConfig, RoutingConfig
 from gateway.routing.shared import SharedState
 from gateway.state_store.memory import MemoryStore
-from providers.base import Usage
+from kernel.values import Usage
 
 BLOCKS = blocks_of(RoutingConfig().affinity)  # the replicas cache whole blocks of the gateway's geometry
 BYTES_PER_TOKEN = 4  # the simulator's token accounting: 4 ASCII bytes a token
@@ -214,7 +214,9 @@ class Sim:
             ],
         )
         catalog = Catalog(endpoints_from_settings(settings), created=0)
-        clock = lambda: self.now
+        def clock() -> float:
+            return self.now
+
         shared = SharedState(settings.routing, settings.state_store, catalog, MemoryStore(clock), CircuitBreaker(BreakerConfig()), clock=clock, replica_id="sim")
         return Router(settings.routing, catalog, shared, clock=clock, rng=random.Random(self.args.seed)), shared
 

@@ -24,8 +24,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.catalog import Catalog, endpoints_from_settings
-from gateway.config import BreakerConfig, load_config
+from gateway.config import load_config
 from gateway.routing.breaker import CircuitBreaker
+from gateway.routing.settings import BreakerConfig
 from gateway.routing.shared import SharedState
 from gateway.state_store.base import StateStore
 from gateway.state_store.memory import MemoryStore

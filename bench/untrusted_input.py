@@ -108,12 +108,11 @@ async def worker() -> None:
 
 
 def healthz() -> None:
+    from gateway.app import create_app
     from probes.testbed.endpoints import EndpointSpec
     from tests.fakes.servers import BackgroundLoop, GatewayServer
     from tests.probes.toolcalls import scripted_testbed
     from tests.probes.toolcalls.test_passive_gateway import KEYS, SilentSocket, gateway_settings, tool
-
-    from gateway.app import create_app
 
     proc, root = scripted_testbed.start([EndpointSpec("honest"), EndpointSpec("corrupt")])
     loop = BackgroundLoop().start()

@@ -14,7 +14,7 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-from gateway.errors import AuthenticationFailed, PermissionDenied
+from kernel.errors import AuthenticationFailed, PermissionDenied
 
 COOKIE = "gw_admin_session"
 CSRF_HEADER = "x-csrf-token"

@@ -13,23 +13,32 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from gateway.background import Deadline, Drain, LoopHealth
 from gateway.admin_limits import FailureLimiter
 from gateway.admin_sessions import SessionStore
 from gateway.catalog import Catalog, Endpoint, endpoints_from_settings
 from gateway.config import Settings
 from gateway.health_states import DATABASE_SINK, STORE_SINK, HealthStates, TransitionSink
-from gateway.http import admin, admin_api, admin_probes, health, messages_routes, openai_routes, responses_routes, route_admin
-from gateway.http import dashboard
+from gateway.http import (
+    admin,
+    admin_api,
+    admin_probes,
+    dashboard,
+    health,
+    messages_routes,
+    openai_routes,
+    responses_routes,
+    route_admin,
+)
 from gateway.http import metrics as metrics_route
-from gateway.http.fast import GatewayApp
 from gateway.http.errors import method_not_allowed, not_found, server_error
+from gateway.http.fast import GatewayApp
 from gateway.http.middleware import RequestIdMiddleware
 from gateway.metrics import build_metrics
 from gateway.pipeline.account import Accountant
 from gateway.pipeline.auth import Authenticator, open_by_config
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.pipeline.observe import Observers
+from gateway.probe_wiring import build_runner, build_scheduler
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.breaker_feedback import BreakerFeedback
 from gateway.routing.health_feed import HealthFeed
@@ -38,13 +47,12 @@ from gateway.routing.shared import SharedState, sync_limit_s
 from gateway.state import AppState
 from gateway.state_store import StateStore, open_store
 from gateway.state_store.responses import ResponseStore
+from kernel.tasks import Deadline, Drain, LoopHealth
 from probes.toolcalls.checker import ProcessChecker
 from probes.toolcalls.passive import SOURCE as TOOL_MONITOR
 from probes.toolcalls.passive import ToolCallMonitor
-from providers.http import HTTPClient, Timeouts
 from providers.clients import client_factory as upstream_client_factory
-from probes.runner import build_runner
-from probes.scheduler import build_scheduler
+from providers.http import HTTPClient, Timeouts
 
 log = logging.getLogger("gateway")
 
@@ -137,7 +145,7 @@ def build_state(
         router=router,
         shared=shared,
         tool_monitor=tool_monitor,
-        responses=ResponseStore(store, ttl_s=settings.responses.ttl_s),  # type: ignore[arg-type]  # both backends have kv_*
+        responses=ResponseStore(store, ttl_s=settings.responses.ttl_s),
         loops=loops,
         sessions=SessionStore(idle=settings.auth.session_idle_timeout_s),
         admin_failures=FailureLimiter(settings.auth.admin_failures_per_minute),

@@ -5,14 +5,15 @@ Built once at start-up from the configured deployments and the local engines' re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway.config import DeploymentConfig, Settings
-from gateway.errors import ModelNotFound
+from kernel.deployment import DeploymentConfig
+from kernel.errors import ModelNotFound
 from providers.base import Adapter, Target
 from providers.registry import adapter_for
+from providers.settings import ProviderConfig
 
 
 class ReportedLoad(Protocol):
@@ -76,7 +77,17 @@ class Catalog:
             ) from None
 
 
-def endpoints_from_settings(settings: Settings) -> list[Endpoint]:
+class CatalogSettings(Protocol):
+    """The slices of `gateway.config.Settings` the catalog is built from."""
+
+    @property
+    def providers(self) -> Sequence[ProviderConfig]: ...
+
+    @property
+    def deployments(self) -> Sequence[DeploymentConfig]: ...
+
+
+def endpoints_from_settings(settings: CatalogSettings) -> list[Endpoint]:
     providers = {p.name: p for p in settings.providers}
     endpoints = []
     for dep in settings.deployments:

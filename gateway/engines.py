@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from gateway.catalog import Endpoint
-from gateway.config import Capabilities, DeploymentConfig, DeploymentRouting, EngineConfig
+from kernel.deployment import Capabilities, DeploymentConfig, DeploymentRouting
 from providers.base import Adapter, Target
+from providers.engines.config import EngineConfig
 from providers.engines.models import chat_template
 from providers.llamacpp import LlamaCppAdapter
 from providers.registry import adapter_for
@@ -79,8 +81,8 @@ def engine_endpoints(cfg: EngineConfig, supervisor: Any) -> list[Endpoint]:
                     public_model=cfg.served_model_name,
                 ),
                 adapter=adapter,
-                ready=lambda s=supervisor, i=index: s.is_ready(i),
-                load=(lambda s=supervisor, i=index: s.load(i)) if hasattr(supervisor, "load") else None,
+                ready=partial(supervisor.is_ready, index),
+                load=partial(supervisor.load, index) if hasattr(supervisor, "load") else None,
             )
         )
     return endpoints

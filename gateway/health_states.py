@@ -17,62 +17,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Literal, Protocol
+from dataclasses import replace
+from typing import Protocol
 
-HealthState = Literal["healthy", "suspect", "demoted", "probation"]
-STATES: tuple[HealthState, ...] = ("healthy", "suspect", "demoted", "probation")
+from kernel.health import HEALTHY, STATES, EndpointHealth, HealthState, Transition, order_key
 
 log = logging.getLogger("gateway.health")
 
 # The names of the app's sinks (`HealthStates.transition(outcome=...)` reports by them).
 STORE_SINK = "state_store"
 DATABASE_SINK = "database"
-
-
-@dataclass(frozen=True, slots=True)
-class EndpointHealth:
-    state: HealthState = "healthy"
-    manual: bool = False  # set by an operator: probes leave it alone until a manual restore
-    score: float | None = None
-    source: str = "default"
-    reason: str = ""
-    since: float = 0.0
-    # When an operator last set this endpoint (0: never). Automatic moves inherit it from the
-    # state they moved from, so one made on a view that had not yet seen an operator's action
-    # orders below that action (see `order_key`).
-    operator_at: float = 0.0
-
-
-HEALTHY = EndpointHealth()
-
-
-@dataclass(frozen=True, slots=True)
-class Transition:
-    endpoint_id: str
-    from_state: HealthState
-    to_state: HealthState
-    source: str
-    reason: str
-    at: float
-    manual: bool = False
-    score: float | None = None
-    evidence: Mapping[str, object] | None = None
-    operator_at: float = 0.0
-
-    def entry(self) -> EndpointHealth:
-        """The endpoint's state after this transition."""
-        return EndpointHealth(
-            self.to_state, self.manual, self.score, self.source, self.reason, self.at, self.operator_at
-        )
-
-
-def order_key(entry: EndpointHealth) -> tuple[float, float]:
-    """States of one endpoint order by the operator's last action first, then by time: an
-    operator's pin outranks an automatic move that a replica made before it had seen the pin,
-    and a restore outranks the pin; otherwise the later state wins. A total order, so every
-    replica ends on the same state whatever order the states reach it in."""
-    return (entry.operator_at, entry.since)
 
 
 class TransitionSink(Protocol):

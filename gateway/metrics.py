@@ -19,13 +19,14 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gateway.background import LoopHealth
 from gateway.catalog import Catalog
-from gateway.health_states import STATES, HealthStates
-from gateway.pipeline.account import RequestRecord
+from gateway.health_states import HealthStates
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.observe import RecordObserver
 from gateway.routing.breaker import CircuitBreaker
+from kernel.health import STATES
+from kernel.records import RequestRecord
+from kernel.tasks import LoopHealth
 
 LABELS = ("endpoint", "model", "provider")
 NO_ENDPOINT = "none"

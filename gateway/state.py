@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.admin_limits import FailureLimiter
 from gateway.admin_sessions import SessionStore
-from gateway.background import Drain, LoopHealth
 from gateway.catalog import Catalog
 from gateway.config import Settings
 from gateway.health_states import HealthStates
 from gateway.metrics import GatewayMetrics
-
-if TYPE_CHECKING:  # imported lazily: SQLAlchemy only loads when persistence is on
-    from gateway.persistence.runtime import Persistence
-    from probes.toolcalls.passive import ToolCallMonitor
 from gateway.pipeline.account import Accountant
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.dispatch import Dispatcher
@@ -27,7 +20,14 @@ from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.router import Router
 from gateway.routing.shared import SharedState
 from gateway.state_store.responses import ResponseStore
+from kernel.clock import Clock
+from kernel.tasks import Drain, LoopHealth
 from providers.http import HTTPClient
+
+if TYPE_CHECKING:  # imported lazily: SQLAlchemy only loads when persistence is on
+    from gateway.persistence.runtime import Persistence
+    from probes.runner import ProbeRunner
+    from probes.toolcalls.passive import ToolCallMonitor
 
 
 @dataclass
@@ -39,7 +39,7 @@ class AppState:
     dispatcher: Dispatcher
     accountant: Accountant
     client: HTTPClient
-    clock: Callable[[], float]
+    clock: Clock  # monotonic (perf_counter): request timings
     # Supervised local engines (providers.engines.EngineSupervisor), already started.
     engines: Sequence[Any] = field(default_factory=tuple)
     # Endpoint health states (probes and operators set them; routing reads them).
@@ -53,8 +53,8 @@ class AppState:
     sessions: SessionStore = field(default_factory=SessionStore)
     # Failed admin sign-ins and admin bearer checks per client address (gateway.http.admin).
     admin_failures: FailureLimiter = field(default_factory=lambda: FailureLimiter(10))
-    # The probe runner (probes.runner.ProbeRunner): on-demand audits and the scheduler use it.
-    probes: Any = None
+    # The probe runner: on-demand audits and the scheduler use it (built by gateway.probe_wiring).
+    probes: ProbeRunner | None = None
     # Passive tool-call validation of live responses (counts per endpoint; an alarm starts the suite).
     tool_monitor: ToolCallMonitor | None = None
     # Stored Responses API responses (`store: true`), in the state store: shared when it is.

@@ -33,26 +33,3 @@ class MemoryBaselines:
         for k in doomed:
             del self._data[k]
         return len(doomed)
-
-
-class SqlBaselines:
-    """Baselines in the database (`probe_baselines`), shared by every replica and kept across
-    restarts; each call runs off the event loop. `db` is a `gateway.persistence.engine.Database`."""
-
-    def __init__(self, db: Any) -> None:
-        self._db = db
-
-    async def get(self, endpoint_id: str, probe: str, key: str) -> Mapping[str, Any] | None:
-        from gateway.persistence.baselines import get_baseline
-
-        return await self._db.run(get_baseline, endpoint_id, probe, key)  # type: ignore[no-any-return]
-
-    async def put(self, endpoint_id: str, probe: str, key: str, data: Mapping[str, Any], *, at: float) -> None:
-        from gateway.persistence.baselines import put_baseline
-
-        await self._db.run(put_baseline, endpoint_id, probe, key, data, at=at)
-
-    async def clear(self, endpoint_id: str, probe: str | None = None) -> int:
-        from gateway.persistence.baselines import clear_baselines
-
-        return await self._db.run(clear_baselines, endpoint_id, probe)  # type: ignore[no-any-return]

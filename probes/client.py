@@ -11,12 +11,12 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from gateway.errors import GatewayError
+from kernel.errors import GatewayError
 from probes.budget import ProbeBudget
 
 if TYPE_CHECKING:
     from gateway.catalog import Endpoint
-    from providers.base import Operation
+    from kernel.values import Operation
     from providers.http import HTTPClient, Timeouts
 
 PROBE_HEADER = "x-gateway-probe"
@@ -82,7 +82,7 @@ class ProbeClient:
                 parsed = ep.adapter.parse_response(ep.target, op, raw)
             finally:
                 response.close()
-            data = json.loads(parsed.body)
+            data: dict[str, Any] = json.loads(parsed.body)
         except ContextOverflow:
             raise
         except ProbeUnavailable:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from gateway.health_states import EndpointHealth, HealthState
+from kernel.health import EndpointHealth, HealthState
 from probes.base import ProbeResult
 from probes.evidence import EvidenceState
 from probes.settings import HealthSettings

@@ -11,7 +11,7 @@ import importlib
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from probes.base import Probe
 
@@ -53,7 +53,7 @@ class ProbeMissing(RuntimeError):
 def _find_probe(module: Any, name: str) -> ProbeFactory:
     for _, obj in inspect.getmembers(module, inspect.isclass):
         if getattr(obj, "name", None) == name and callable(getattr(obj, "run", None)) and obj.__module__ == module.__name__:
-            return obj  # type: ignore[no-any-return]
+            return cast(ProbeFactory, obj)
     raise ProbeMissing(f"probe `{name}`: {module.__name__} defines no probe class with name = {name!r}")
 
 

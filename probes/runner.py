@@ -14,15 +14,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from gateway.catalog import Catalog, Endpoint
-from gateway.health_states import HealthStates, Transition
+from gateway.health_states import HealthStates
 from gateway.state_store import StoreUnavailable
+from kernel.health import Transition
 from probes.base import ProbeContext, ProbeResult
 from probes.baselines import BaselineStore
 from probes.budget import BudgetExhausted, ProbeBudget
@@ -31,15 +32,33 @@ from probes.evidence import EvidenceState, EvidenceStore
 from probes.policy import Decision, decide
 from probes.registry import ProbeMissing, ProbeRegistry
 from probes.settings import ProbeSettings
-
-if TYPE_CHECKING:
-    from gateway.metrics import GatewayMetrics
-    from gateway.persistence.runtime import Persistence
+from providers.http import HTTPClient, Timeouts
 
 log = logging.getLogger("gateway.probes")
 
 Emit = Callable[[dict[str, Any]], None]
 ClientFactory = Callable[[Endpoint], ProbeClient]
+
+
+class ProbeRunStore(Protocol):
+    """Where probe runs, their results and the transitions they cause are stored
+    (`gateway.persistence.probe_runs.SqlProbeRuns`); calls may raise when the database is away."""
+
+    async def start_run(self, endpoint_id: str, suite: str, *, at: float, trigger: str) -> int: ...
+
+    async def add_results(self, run_id: int, results: Sequence[ProbeResult], *, at: float) -> None: ...
+
+    async def finish_run(
+        self, run_id: int, verdict: str, *, at: float, tokens_spent: int, details: Mapping[str, Any]
+    ) -> None: ...
+
+    async def record_transition(self, t: Transition) -> object: ...
+
+
+class ProbeMetrics(Protocol):
+    """The one metric the runner reports (`gateway.metrics.GatewayMetrics`)."""
+
+    def probe_outcome(self, endpoint_id: str, probe: str, verdict: str) -> None: ...
 
 
 def _no_emit(event: dict[str, Any]) -> None:
@@ -142,8 +161,8 @@ class ProbeRunner:
         client_factory: ClientFactory,
         wall: Callable[[], float] = time.time,
         rng: np.random.Generator | None = None,
-        persistence: Persistence | None = None,
-        metrics: GatewayMetrics | None = None,
+        persistence: ProbeRunStore | None = None,
+        metrics: ProbeMetrics | None = None,
     ) -> None:
         self.catalog = catalog
         self.health = health
@@ -192,7 +211,8 @@ class ProbeRunner:
         self, endpoint: Endpoint, probes: Sequence[str], *, trigger: str, confirm: bool, emit: Emit
     ) -> RoundReport:
         suite = ",".join(probes) + (" (confirm)" if confirm else "")
-        run_id = await self._db("start_run", endpoint.id, suite, at=self.wall(), trigger=trigger)
+        at = self.wall()
+        run_id = await self._db("start_run", lambda db: db.start_run(endpoint.id, suite, at=at, trigger=trigger))
         results = []
         for name in probes:
             emit({"event": "probe", "endpoint": endpoint.id, "probe": name, "confirm": confirm})
@@ -208,14 +228,17 @@ class ProbeRunner:
             emit({"event": "transition", **transition_json(rnd.transition)})
         if rnd.run_id is not None:
             now = self.wall()
-            await self._db("add_results", rnd.run_id, results, at=now)
+            run = rnd.run_id
+            await self._db("add_results", lambda db: db.add_results(run, results, at=now))
             verdict = "fail" if any(r.verdict == "fail" for r in results) else (
                 "pass" if any(r.verdict == "pass" for r in results) else "error" if any(
                     r.verdict == "error" for r in results) else "inconclusive")
             details = {"state": self.health.state(endpoint.id), "reason": decision.reason, "confirm": confirm,
                        "transition": transition_json(rnd.transition) if rnd.transition else None}
-            await self._db("finish_run", rnd.run_id, verdict, at=now,
-                           tokens_spent=sum(r.tokens_spent for r in results), details=details)
+            tokens = sum(r.tokens_spent for r in results)
+            await self._db(
+                "finish_run", lambda db: db.finish_run(run, verdict, at=now, tokens_spent=tokens, details=details)
+            )
         return rnd
 
     async def run_probe(self, endpoint: Endpoint, name: str, *, confirm: bool, emit: Emit = _no_emit) -> ProbeResult:
@@ -305,21 +328,18 @@ class ProbeRunner:
                 endpoint.id, endpoint.model, endpoint.model,
             )
 
-    async def _db(self, fn_name: str, *args: Any, **kwargs: Any) -> Any:
-        """A probe-run write off the event loop; a database failure is logged, never raised."""
+    async def _db(self, what: str, call: Callable[[ProbeRunStore], Awaitable[Any]]) -> Any:
+        """A probe-run write (off the event loop, in the store); a database failure is logged, never raised."""
         if self.persistence is None:
             return None
-        from gateway.persistence import probes as probe_repo
-
         try:
-            return await self.persistence.db.run(getattr(probe_repo, fn_name), *args, **kwargs)
+            return await call(self.persistence)
         except Exception as exc:
-            log.warning("probes: could not store the probe run (%s): %s", fn_name, str(exc).split("\n")[0])
+            log.warning("probes: could not store the probe run (%s): %s", what, str(exc).split("\n")[0])
             return None
 
 
-def make_client_factory(http: Any, settings: ProbeSettings, budget: ProbeBudget) -> ClientFactory:
-    from providers.http import Timeouts
+def make_client_factory(http: HTTPClient, settings: ProbeSettings, budget: ProbeBudget) -> ClientFactory:
 
     t = settings.request_timeout
     timeouts = Timeouts(connect=min(10.0, t), first_byte=t, between_chunks=t, total=t)
@@ -328,26 +348,3 @@ def make_client_factory(http: Any, settings: ProbeSettings, budget: ProbeBudget)
         return ProbeClient(endpoint, http, timeouts, budget)
 
     return factory
-
-
-def build_runner(state: Any, *, registry: ProbeRegistry | None = None) -> ProbeRunner:
-    """The runner for a built `gateway.state.AppState`: its catalog, health, store, database, HTTP client."""
-    from probes.baselines import MemoryBaselines, SqlBaselines
-
-    settings: ProbeSettings = state.settings.probes
-    wall = state.persistence.wall if state.persistence is not None else time.time
-    budget = ProbeBudget(
-        requests_per_day=settings.budget_requests_per_day, tokens_per_day=settings.budget_tokens_per_day, clock=wall
-    )
-    return ProbeRunner(
-        catalog=state.catalog,
-        health=state.health,
-        settings=settings,
-        registry=registry or ProbeRegistry(),
-        evidence=EvidenceStore(state.shared.store),
-        baselines=SqlBaselines(state.persistence.db) if state.persistence is not None else MemoryBaselines(),
-        client_factory=make_client_factory(state.client, settings, budget),
-        wall=wall,
-        persistence=state.persistence,
-        metrics=state.metrics,
-    )

@@ -14,11 +14,11 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
-from gateway.background import Heartbeat, cancel_and_wait, run_forever
 from gateway.health_states import HealthStates
 from gateway.state_store import StoreUnavailable
+from kernel.tasks import Heartbeat, cancel_and_wait, run_forever
 from probes.runner import ProbeRunner
 from probes.settings import ProbeSettings
 
@@ -119,7 +119,7 @@ class ProbeScheduler:
         return min(MAX_SLEEP, max(0.0, soonest - self.clock()))
 
     async def run_forever(self) -> None:
-        # The loop outlives anything a round throws (gateway.background.run_forever).
+        # The loop outlives anything a round throws (kernel.tasks.run_forever).
         await run_forever(self.tick, self._pause, self.beat, sleep=self.sleep)
 
     async def _pause(self) -> None:
@@ -132,18 +132,3 @@ class ProbeScheduler:
     async def aclose(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
-
-
-def build_scheduler(state: Any, runner: ProbeRunner, *, clock: Callable[[], float] | None = None) -> ProbeScheduler:
-    """The scheduler for a built `gateway.state.AppState`, leasing through its shared state store."""
-    assert state.shared is not None
-    return ProbeScheduler(
-        runner,
-        state.settings.probes,
-        state.health,
-        state.shared.store,
-        endpoints=[ep.id for ep in state.catalog.endpoints],
-        owner=state.shared.replica,
-        clock=clock or runner.wall,
-        beat=state.loops.register("probe_scheduler", SCHEDULER_LIMIT_S, log) if getattr(state, "loops", None) else None,
-    )

@@ -3,16 +3,13 @@ health state machine's minimum times. Starting points come from research/probes.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from kernel.frozen import Frozen
 from probes.sentinels.settings import SentinelSettings
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class DriftSettings(_Frozen):
+class DriftSettings(Frozen):
     """Logprob drift: one-token T=0 requests with top logprobs, a window of `requests` per prompt."""
 
     prompts: tuple[str, ...] = ("x", "Qz", "the 7", "reply in one token. 1+1=")
@@ -22,7 +19,7 @@ class DriftSettings(_Frozen):
     permutations: int = Field(1000, ge=50)
 
 
-class DistributionSettings(_Frozen):
+class DistributionSettings(Frozen):
     """MMD with a Hamming kernel over sampled completions, stratified by prompt."""
 
     prompts: int = Field(25, ge=1)
@@ -34,7 +31,7 @@ class DistributionSettings(_Frozen):
     permutations: int = Field(1000, ge=50)
 
 
-class FidelitySettings(_Frozen):
+class FidelitySettings(Frozen):
     """Sampled one-token continuations vs the distribution the endpoint's own logprobs imply."""
 
     prompt: str = "x"
@@ -44,7 +41,7 @@ class FidelitySettings(_Frozen):
     alpha: float = Field(0.01, gt=0, lt=1)
 
 
-class ToolCallSettings(_Frozen):
+class ToolCallSettings(Frozen):
     """The active tool-call suite, judged K2VV style: pass mark = the reference self-run minus a margin."""
 
     cases: int | None = Field(None, ge=1)  # cases sampled per run; None runs the whole suite
@@ -58,7 +55,7 @@ class ToolCallSettings(_Frozen):
     concurrency: int = Field(4, ge=1)
 
 
-class AgentSettings(_Frozen):
+class AgentSettings(Frozen):
     """Agent evals: each task `attempts` times, up to `max_steps` model turns; pass rates against the
     endpoint's own frozen baseline and the reference (research/probes.md 2.4)."""
 
@@ -72,7 +69,7 @@ class AgentSettings(_Frozen):
     min_attempts: int = Field(20, ge=1)  # ...once both sides have this many attempts
 
 
-class HealthSettings(_Frozen):
+class HealthSettings(Frozen):
     """Evidence thresholds and minimum times of HEALTHY -> SUSPECT -> DEMOTED -> PROBATION -> HEALTHY."""
 
     # A monitoring window's e-value: e = low + high * 1{p <= alpha} (mean 1 under H0 when
@@ -99,7 +96,7 @@ class HealthSettings(_Frozen):
     tool_cusum_h: float = Field(5.0, gt=0)
 
 
-class ToolMonitorSettings(_Frozen):
+class ToolMonitorSettings(Frozen):
     """The passive tool-call monitor: live responses checked against the clients' own schemas
     (untrusted input, checked in a worker process) are evidence that can only start an active run
     of the gateway's suite, never move an endpoint's state themselves."""
@@ -118,7 +115,7 @@ class ToolMonitorSettings(_Frozen):
     confirm_retry: float = Field(300.0, ge=0)
 
 
-class ProbeSettings(_Frozen):
+class ProbeSettings(Frozen):
     # Run the scheduler inside the gateway's lifespan (or run `gwctl worker` instead).
     enabled: bool = False
     # Seconds between scheduled runs, per probe; a probe missing here is never scheduled.

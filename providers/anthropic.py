@@ -26,9 +26,10 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import ProviderError, ProviderRejected
+from kernel.errors import ProviderError, ProviderRejected
+from kernel.values import Operation
 from providers.anthropic_answer import AnthropicStreamTranslator, parse_message
-from providers.base import Operation, ParsedBody, Target, UpstreamRequest
+from providers.base import ParsedBody, Target, UpstreamRequest
 from providers.openai_compat import map_http_error
 
 API_VERSION = "2023-06-01"

@@ -16,8 +16,9 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import ProviderServerError, ProviderStreamError
-from providers.base import ParsedBody, ParsedChunk, Target, Usage, token_count
+from kernel.errors import ProviderServerError, ProviderStreamError
+from kernel.values import Usage, token_count
+from providers.base import ParsedBody, ParsedChunk, Target
 
 FINISH_REASONS = {
     "end_turn": "stop",

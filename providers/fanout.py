@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from providers.base import Usage
+from kernel.values import Usage
 
 
 def sub_bodies(body: dict[str, Any], n: int) -> list[dict[str, Any]]:

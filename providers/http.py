@@ -23,7 +23,7 @@ from typing import Protocol
 import aiohttp
 from aiohttp import http_exceptions
 
-from gateway.errors import (
+from kernel.errors import (
     ProviderConnectError,
     ProviderError,
     ProviderResponseTooLarge,

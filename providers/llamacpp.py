@@ -35,7 +35,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from providers.base import Operation, Target, UpstreamRequest
+from kernel.values import Operation
+from providers.base import Target, UpstreamRequest
 from providers.openai_compat import OpenAICompatAdapter, OpenAIStreamTranslator
 
 _CALL_ID_PREFIX = "call_"
@@ -65,8 +66,8 @@ class LlamaCppAdapter(OpenAICompatAdapter):
         choice = payload.get("tool_choice")
         tools = payload.get("tools")
         if isinstance(choice, dict) and isinstance(tools, list):
-            name = (choice.get("function") or {}).get("name") if isinstance(choice.get("function"), dict) else None
-            named = [t for t in tools if isinstance(t, dict) and (t.get("function") or {}).get("name") == name]
+            forced = (choice.get("function") or {}).get("name") if isinstance(choice.get("function"), dict) else None
+            named = [t for t in tools if isinstance(t, dict) and (t.get("function") or {}).get("name") == forced]
             if named:
                 payload["tools"], payload["tool_choice"] = named, "required"
         if (

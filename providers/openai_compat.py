@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 import orjson
 
-from gateway.errors import (
+from kernel.errors import (
     ProviderAuthError,
     ProviderError,
     ProviderRateLimited,
@@ -21,7 +21,8 @@ from gateway.errors import (
     ProviderStreamError,
     ProviderTimeout,
 )
-from providers.base import Operation, ParsedBody, ParsedChunk, Target, UpstreamRequest, Usage
+from kernel.values import Operation, Usage
+from providers.base import ParsedBody, ParsedChunk, Target, UpstreamRequest
 
 PATHS: Mapping[str, str] = {
     "chat": "/chat/completions",
@@ -172,8 +173,8 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:  # "-0000": RFC 5322's "zone unknown", which HTTP dates mean as UTC
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _body_message(body: bytes) -> str:
@@ -190,8 +191,8 @@ def _error_message(obj: Any) -> str:
         err = obj.get("error", obj)
         if isinstance(err, dict):
             for key in ("message", "detail", "msg"):
-                if isinstance(err.get(key), str):
-                    return err[key][:500]
+                if isinstance(text := err.get(key), str):
+                    return text[:500]
             if isinstance(err.get("detail"), list):
                 return orjson.dumps(err["detail"]).decode()[:500]
         if isinstance(err, str):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gateway.errors import ConfigError
+from kernel.errors import ConfigError
 from providers.anthropic import AnthropicAdapter
 from providers.base import Adapter
 from providers.llamacpp import LlamaCppAdapter

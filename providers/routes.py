@@ -12,20 +12,25 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
-from urllib.request import proxy_bypass_environment
+from urllib.request import proxy_bypass_environment  # type: ignore[attr-defined]  # not in typeshed
 
 from pydantic import SecretStr
 
-from gateway.errors import ConfigError
+from kernel.errors import ConfigError
 from providers.settings import ProxyConfig, TLSConfig, UpstreamConfig
 
 
 class ProviderTransport(Protocol):
-    """What a provider's config says about reaching it (`gateway.config.ProviderConfig` fits)."""
+    """What a provider's config says about reaching it (`providers.settings.ProviderConfig` fits)."""
 
-    base_url: str
-    proxy: SecretStr | None
-    tls: TLSConfig | None
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def proxy(self) -> SecretStr | None: ...
+
+    @property
+    def tls(self) -> TLSConfig | None: ...
 
 
 @dataclass(frozen=True, slots=True)

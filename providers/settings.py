@@ -9,16 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
+
+from kernel.frozen import Frozen
 
 MiB = 1024 * 1024
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class UpstreamLimits(_Frozen):
+class UpstreamLimits(Frozen):
     # Decoded bytes of one upstream answer (after gzip/deflate/br): past it the answer is refused
     # with `upstream_response_too_large`, so a compression bomb stops here, not at the memory limit.
     max_response_bytes: int = Field(64 * MiB, gt=0)
@@ -30,7 +28,7 @@ class UpstreamLimits(_Frozen):
     keepalive_seconds: float = Field(30.0, gt=0)
 
 
-class TLSConfig(_Frozen):
+class TLSConfig(Frozen):
     """Certificates are always verified against the system's CAs; `ca_file` adds more (a private
     CA, a TLS-inspecting proxy's). `cert_file`/`key_file`: a client certificate for mutual TLS."""
 
@@ -49,7 +47,7 @@ def _proxy_url(v: SecretStr | None) -> SecretStr | None:
     return v
 
 
-class ProxyConfig(_Frozen):
+class ProxyConfig(Frozen):
     """Where upstream requests go through. Unset fields are filled from ``HTTP_PROXY``,
     ``HTTPS_PROXY`` and ``NO_PROXY`` (or their lower-case forms) when `from_env` is on.
     Loopback upstreams (a local engine) are always reached directly."""
@@ -84,7 +82,7 @@ class ProxyConfig(_Frozen):
         return self.model_copy(update=update) if update else self
 
 
-class UpstreamConfig(_Frozen):
+class UpstreamConfig(Frozen):
     # The HTTP client implementation: a name `providers.clients.CLIENTS` registers (a test keeps
     # the two in step; see the README for why aiohttp).
     client: Literal["aiohttp"] = "aiohttp"
@@ -96,3 +94,33 @@ class UpstreamConfig(_Frozen):
 def checked_proxy(v: SecretStr | None) -> SecretStr | None:
     """A provider's own `proxy`: a URL, 'direct' (never a proxy), or unset (the `upstream.proxy` one)."""
     return _proxy_url(v)
+
+
+class ProviderConfig(Frozen):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    # Adapter kind, looked up in `providers.registry`.
+    kind: str = "openai"
+    base_url: str
+    # The name of the environment variable that holds the API key (never the key itself).
+    api_key_env: str | None = None
+    api_key: SecretStr | None = Field(None, exclude=True, repr=False)
+    region: str = "unknown"
+    # Data policy: whether the provider may keep or train on prompts.
+    keeps_prompts: bool = False
+    headers: dict[str, str] = Field(default_factory=dict)
+    # This provider's proxy URL, or "direct"; unset: `upstream.proxy` (see providers/settings.py).
+    proxy: SecretStr | None = Field(None, repr=False)
+    # Replaces `upstream.tls` for this provider (its own CA or client certificate).
+    tls: TLSConfig | None = None
+
+    @field_validator("proxy")
+    @classmethod
+    def _proxy(cls, v: SecretStr | None) -> SecretStr | None:
+        return checked_proxy(v)
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return v.rstrip("/")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything (gateway, local engine, models, test tools), make sure Redis and
-# PostgreSQL answer, then run the whole test suite. Extra arguments go to pytest.
+# PostgreSQL answer, lint (ruff) and type-check (mypy), then run the whole test suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GW_EXTRAS=test bash scripts/install.sh
@@ -18,4 +18,7 @@ command -v npm >/dev/null || apt_install nodejs npm
 npm ci --prefix tests/e2e/node --no-audit --no-fund --loglevel=error
 bash scripts/services.sh
 bash scripts/test_databases.sh
+# Lint and type-check first (a minute): a finding fails the run before the long test suite starts.
+.venv/bin/ruff check .
+.venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"

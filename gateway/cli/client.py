@@ -9,7 +9,7 @@ import httpx
 from pydantic import SecretStr
 
 from gateway.config import ClientSettings
-from gateway.errors import ConfigError
+from kernel.errors import ConfigError
 
 
 class GatewayUnreachable(Exception):

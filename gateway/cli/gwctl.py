@@ -15,9 +15,9 @@ from gateway.cli import keys as keys_cmd
 from gateway.cli import probe as probe_cmd
 from gateway.cli import route as route_cmd
 from gateway.cli import serve as serve_cmd
-from gateway.cli import testbed as testbed_cmd
 from gateway.cli import worker as worker_cmd
-from gateway.errors import ConfigError
+from kernel.errors import ConfigError
+from probes.testbed import cli as testbed_cmd
 
 Command = Callable[[argparse.Namespace], int]
 

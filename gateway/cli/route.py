@@ -28,15 +28,12 @@ from gateway.catalog import Catalog, endpoints_from_settings
 from gateway.cli.client import add_admin_key_options, client_settings
 from gateway.config import Settings, load_config
 from gateway.engines import all_engine_endpoints
-from gateway.errors import GatewayError
-from gateway.pipeline.validate import validate
-from gateway.routing import explain
+from gateway.pipeline.explain import OPS, explain_with
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.router import Router
 from gateway.routing.shared import SharedState
 from gateway.state_store.memory import MemoryStore
-
-OPS = ("chat", "completions", "embeddings")
+from kernel.errors import GatewayError
 
 
 def add_parser(sub: Any) -> None:
@@ -110,27 +107,6 @@ async def explain_request(settings: Settings, op: str, body: dict[str, Any], key
     shared = SharedState(settings.routing, settings.state_store, catalog, MemoryStore(), CircuitBreaker(settings.breaker))
     router = Router(settings.routing, catalog, shared)
     return await explain_with(router, op, body, key)
-
-
-async def explain_with(router: Router, op: str, body: dict[str, Any], key: str | None) -> tuple[dict[str, Any], str]:
-    validate(op, body)  # type: ignore[arg-type]
-    model = body["model"]
-    candidates = router.catalog.candidates(model)
-    f = router.features(op, body, key)
-    await router.count_if_needed(f, body, candidates)
-    decision = router.decide(candidates, f)
-    doc = explain.as_dict(decision)
-    doc["model"] = model
-    doc["prompt_tokens"] = f.prompt_tokens
-    doc["prompt_tokens_counted"] = f.exact_prompt_tokens is not None
-    doc["header"] = explain.header(decision)
-    rejected = router.rejection(decision, f)
-    if rejected is not None:
-        doc["error"] = rejected.message
-    text = explain.table(decision, model=model, prompt_tokens=f.prompt_tokens, counted=f.exact_prompt_tokens is not None)
-    if rejected is not None:
-        text += f"\nthe gateway would answer 400: {rejected.message}"
-    return doc, text
 
 
 def _live(op: str, body: dict[str, Any], key: str | None, args: Any) -> dict[str, Any]:

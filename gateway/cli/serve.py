@@ -10,17 +10,17 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any
 
 import uvicorn
 
 from gateway.app import create_app, drain_timeout
-from gateway.background import Deadline, Drain
 from gateway.config import Settings, load_config
 from gateway.engines import all_engine_endpoints
 from gateway.pipeline.auth import open_bind_problem
-from gateway.redact import install_log_redaction
+from kernel.redact import install_log_redaction
+from kernel.tasks import Deadline, Drain
 
 log = logging.getLogger("gateway")
 
@@ -89,11 +89,11 @@ def _stored_keys(settings: Settings) -> bool:
         engine.dispose()
 
 
-def _run_loop(coro: Any) -> int:
+def _run_loop(coro: Coroutine[Any, Any, int]) -> int:
     try:
         import uvloop
 
-        return uvloop.run(coro)  # type: ignore[no-any-return]
+        return uvloop.run(coro)
     except ImportError:
         return asyncio.run(coro)
 

@@ -16,8 +16,8 @@ import sys
 from typing import Any
 
 from gateway.config import load_config
-from gateway.redact import install_log_redaction
-from probes.worker import run_worker
+from gateway.worker import run_worker
+from kernel.redact import install_log_redaction
 
 
 def add_parser(sub: Any) -> None:

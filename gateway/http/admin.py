@@ -14,9 +14,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import admin_sessions
-from gateway.errors import AuthenticationFailed, GatewayError, PermissionDenied, RateLimited
 from gateway.http.errors import error_response
 from gateway.state import AppState
+from kernel.errors import AuthenticationFailed, GatewayError, PermissionDenied, RateLimited
 
 
 def check_admin_key(request: Request, authorization: str | None) -> None:

@@ -7,7 +7,7 @@ Handlers are thin: parse, run one query off the event loop (`Database.run`), ser
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -18,7 +18,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.errors import GatewayError, InvalidRequest, NotFound, Unavailable
 from gateway.health_states import DATABASE_SINK
 from gateway.http.admin import _guard
 from gateway.http.admin_openapi import openapi
@@ -28,6 +27,8 @@ from gateway.persistence import probes as probe_repo
 from gateway.persistence import stats
 from gateway.persistence.runtime import Persistence
 from gateway.state import AppState
+from kernel.errors import GatewayError, InvalidRequest, NotFound, Unavailable
+from kernel.health import HealthState
 
 T = TypeVar("T")
 MAX_LIMIT = 1000
@@ -86,7 +87,7 @@ def _endpoint(state: AppState, endpoint_id: str | None, *, required: bool = Fals
     return endpoint_id
 
 
-def _handler(fn: Callable[[Request, AppState], Any]) -> Callable[[Request], Any]:
+def _handler(fn: Callable[[Request, AppState], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
     """Guard with the admin key, map gateway errors to OpenAI error JSON."""
 
     async def endpoint(request: Request) -> Response:
@@ -215,7 +216,7 @@ async def _manual(request: Request, state: AppState, action: str) -> Response:
         raise InvalidRequest("`actor` must be a name of up to 128 characters.", param="actor")
     assert endpoint_id is not None
     now = state.persistence.wall() if state.persistence is not None else time.time()
-    to_state = "demoted" if action == "demote" else "healthy"
+    to_state: HealthState = "demoted" if action == "demote" else "healthy"
     outcome: dict[str, bool] = {}
     transition = await state.health.transition(
         endpoint_id,

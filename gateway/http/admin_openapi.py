@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
-_LIST = {
+_LIST: dict[str, Any] = {
     "type": "object",
     "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": {"type": "object"}}},
 }

@@ -20,11 +20,12 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.catalog import Endpoint
-from gateway.errors import InvalidRequest, NotFound
 from gateway.http.admin_api import _handler
+from gateway.probe_wiring import build_runner
 from gateway.state import AppState
+from kernel.errors import InvalidRequest, NotFound
 from probes.registry import UnknownProbe
-from probes.runner import ProbeRunner, build_runner
+from probes.runner import ProbeRunner
 
 DEFAULT_PROBES = ("quality",)
 _DONE = object()
@@ -73,7 +74,7 @@ def select_endpoints(state: AppState, provider: str | None, model: str | None, e
 def _runner(state: AppState) -> ProbeRunner:
     if state.probes is None:
         state.probes = build_runner(state)
-    return state.probes  # type: ignore[no-any-return]
+    return state.probes
 
 
 async def run_probes(request: Request, state: AppState) -> Response:

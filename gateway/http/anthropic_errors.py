@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import GatewayError
 from gateway.http.errors import error_body
+from kernel.errors import GatewayError
 
 TYPES = {
     400: "invalid_request_error",

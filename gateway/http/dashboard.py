@@ -24,10 +24,10 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import admin_sessions
-from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge
 from gateway.http.admin import check_admin_key
 from gateway.http.errors import error_response
 from gateway.state import AppState
+from kernel.errors import GatewayError, InvalidRequest, PayloadTooLarge
 
 WEB_DIR = Path(__file__).resolve().parents[2] / "dashboards" / "web"
 COOKIE_PATH = "/admin"

@@ -8,7 +8,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.errors import GatewayError, NotFound
+from kernel.errors import GatewayError, NotFound
 
 
 def error_body(exc: GatewayError, request_id: str | None = None) -> dict[str, dict[str, object]]:

@@ -17,9 +17,9 @@ import orjson
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.errors import GatewayError
 from gateway.http.errors import error_body
 from gateway.http.middleware import request_id_for
+from kernel.errors import GatewayError
 
 log = logging.getLogger("gateway.http")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
@@ -22,7 +24,7 @@ async def readyz(request: Request) -> Response:
     ok = bool(state.catalog.endpoints) and not models_down
     # Keys only the database can vouch for get 503 now: let the balancer prefer a replica that can.
     ok = ok and state.auth.store_usable
-    body = {
+    body: dict[str, Any] = {
         "status": "ready" if ok else "not_ready",
         "endpoints": len(state.catalog.endpoints),
         "endpoints_not_ready": not_ready,

@@ -15,9 +15,8 @@ from typing import Any
 
 import orjson
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.errors import AuthenticationFailed, GatewayError
 from gateway.http.anthropic_errors import anthropic_error_body, anthropic_error_event
 from gateway.http.openai_routes import (
     ClientGone,
@@ -30,13 +29,14 @@ from gateway.http.openai_routes import (
     read_body,
 )
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.dispatch import Completed
+from gateway.pipeline.outcome import Completed
 from gateway.pipeline.resolve import resolve
 from gateway.pipeline.validate import _depth as check_depth
 from gateway.pipeline.validate import parse_json
 from gateway.state import AppState
 from gateway.translate.anthropic_request import ChatRequest, to_chat
 from gateway.translate.anthropic_response import MessagesStream, new_message_id, to_message
+from kernel.errors import AuthenticationFailed, GatewayError
 
 # count_tokens counts with the gateway's own tokenizer, not the routed model's: said in a header.
 COUNT_METHOD = "estimate; cl100k_base (the gateway's offline tokenizer, not the model's)"
@@ -171,7 +171,7 @@ async def _count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
 messages = MessagesEndpoint()
 count_tokens = CountTokensEndpoint()
 
-fast_routes = {"/v1/messages": messages, "/v1/messages/count_tokens": count_tokens}
+fast_routes: dict[str, ASGIApp] = {"/v1/messages": messages, "/v1/messages/count_tokens": count_tokens}
 routes = [
     Route("/v1/messages", messages, methods=["POST"]),
     Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),

@@ -6,10 +6,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.errors import GatewayError, NotFound
 from gateway.http.admin import check_admin_key
 from gateway.http.errors import error_response
 from gateway.state import AppState
+from kernel.errors import GatewayError, NotFound
 
 # What `generate_latest` writes (our metric and label names are all legacy-valid).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -19,7 +19,7 @@ def request_id_for(scope: Scope) -> str:
 def _incoming_id(scope: Scope) -> str | None:
     for name, value in scope.get("headers", ()):
         if name == b"x-request-id":
-            text = value.decode("latin-1")
+            text: str = value.decode("latin-1")
             if 0 < len(text) <= 128 and set(text) <= _VALID:
                 return text
             return None

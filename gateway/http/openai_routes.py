@@ -7,26 +7,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from typing import Any, TypeVar
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.catalog import Endpoint
-from gateway.errors import GatewayError, PayloadTooLarge, ProviderError
 from gateway.http.errors import error_body, error_event, error_response
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.dispatch import Completed, Streaming
+from gateway.pipeline.outcome import Completed, Streaming
 from gateway.pipeline.resolve import resolve
 from gateway.pipeline.stream import CHAT, Framing, relay
 from gateway.pipeline.validate import parse_json, validate
-from gateway.redact import mask_urls
 from gateway.state import AppState
-from providers.base import Operation
+from kernel.errors import GatewayError, PayloadTooLarge, ProviderError
+from kernel.redact import mask_urls
+from kernel.values import Operation
 
 T = TypeVar("T")
 log = logging.getLogger("gateway.http")
@@ -41,7 +41,8 @@ class ClientGone(Exception):
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope["headers"]:
         if key == name:
-            return value.decode("latin-1")
+            text: str = value.decode("latin-1")
+            return text
     return None
 
 
@@ -201,10 +202,10 @@ class InferenceEndpoint:
         ctx: RequestContext,
         result: Streaming,
         failed_event: Callable[[GatewayError], bytes],
-        on_failure: Callable[[GatewayError], None],
+        on_failure: Callable[[ProviderError], None],
         *,
         framing: Framing = CHAT,
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """The client's event stream for a committed upstream stream (another API translates here)."""
         return relay(
             ctx, result, error_event=failed_event, on_failure=on_failure, on_finish=state.accountant.record, framing=framing
@@ -300,7 +301,7 @@ async def get_model(request: Request) -> Response:
     return Response(orjson.dumps(_model_card(model, state.catalog.created)), media_type="application/json", headers=headers)
 
 
-fast_routes = {
+fast_routes: dict[str, ASGIApp] = {
     "/v1/chat/completions": chat_completions,
     "/v1/completions": completions,
     "/v1/embeddings": embeddings,

@@ -14,15 +14,14 @@ stored id gets a 400 saying so, an unknown one a 404.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.errors import GatewayError, InvalidRequest, NotFound, Unavailable
 from gateway.http.errors import error_body, error_response
 from gateway.http.openai_routes import (
     ClientGone,
@@ -37,9 +36,9 @@ from gateway.http.openai_routes import (
 )
 from gateway.pipeline import responses as stage
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.stream import CHAT, Framing
-from gateway.pipeline.dispatch import Completed, Streaming
+from gateway.pipeline.outcome import Completed, Streaming
 from gateway.pipeline.resolve import resolve
+from gateway.pipeline.stream import CHAT, Framing
 from gateway.pipeline.validate import check_depth, parse_json, validate
 from gateway.state import AppState
 from gateway.state_store.base import StoreUnavailable
@@ -47,6 +46,7 @@ from gateway.state_store.responses import ResponseStore, StoredResponse
 from gateway.translate.responses_input import new_id
 from gateway.translate.responses_request import translate, validate_envelope
 from gateway.translate.responses_stream import ResponseStream
+from kernel.errors import GatewayError, InvalidRequest, NotFound, ProviderError, Unavailable
 
 
 def _store_down(exc: StoreUnavailable) -> Unavailable:
@@ -67,9 +67,9 @@ async def _load(store: ResponseStore, owner: str | None, response_id: str, param
     except StoreUnavailable as exc:
         raise _store_down(exc) from None
     if stored is None:
-        exc = _missing(response_id)
-        exc.param = param or exc.param
-        raise exc
+        missing = _missing(response_id)
+        missing.param = param or missing.param
+        raise missing
     return stored
 
 
@@ -143,10 +143,10 @@ class _TurnStream(InferenceEndpoint):
         ctx: RequestContext,
         result: Streaming,
         failed_event: Callable[[GatewayError], bytes],
-        on_failure: Callable[[GatewayError], None],
+        on_failure: Callable[[ProviderError], None],
         *,
         framing: Framing = CHAT,
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         return stage.relay(
             ctx, self.turn, result, error_event=_error_event(ctx), on_failure=on_failure, on_finish=state.accountant.record
         )
@@ -247,7 +247,7 @@ async def cancel(request: Request) -> Response:
 
 
 create = ResponsesEndpoint()
-fast_routes = {"/v1/responses": create}
+fast_routes: dict[str, ASGIApp] = {"/v1/responses": create}
 routes = [
     Route("/v1/responses", create, methods=["POST"]),
     Route("/v1/responses/{response_id}", retrieve, methods=["GET"]),

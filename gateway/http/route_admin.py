@@ -13,15 +13,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.errors import GatewayError, InvalidRequest
 from gateway.http.admin import check_admin_key
 from gateway.http.errors import error_response
+from gateway.pipeline.explain import OPS, explain_with
 from gateway.state import AppState
+from kernel.errors import GatewayError, InvalidRequest
 
 
 async def explain_route(request: Request) -> Response:
-    from gateway.cli.route import OPS, explain_with
-
     state: AppState = request.state.gw
     headers = {"x-request-id": request.scope["gateway.request_id"]}
     try:

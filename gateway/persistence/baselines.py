@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import Engine, delete, select, update
 from sqlalchemy.exc import IntegrityError
 
+from gateway.persistence.engine import Database
 from gateway.persistence.models import probe_baselines
 from gateway.persistence.types import utc
 
@@ -44,3 +45,20 @@ def clear_baselines(engine: Engine, endpoint_id: str, probe: str | None = None) 
         q = q.where(t.probe == probe)
     with engine.begin() as conn:
         return int(conn.execute(q).rowcount or 0)
+
+
+class SqlBaselines:
+    """Baselines in the database (`probe_baselines`), shared by every replica and kept across
+    restarts; each call runs off the event loop. Implements `probes.baselines.BaselineStore`."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def get(self, endpoint_id: str, probe: str, key: str) -> Mapping[str, Any] | None:
+        return await self._db.run(get_baseline, endpoint_id, probe, key)
+
+    async def put(self, endpoint_id: str, probe: str, key: str, data: Mapping[str, Any], *, at: float) -> None:
+        await self._db.run(put_baseline, endpoint_id, probe, key, data, at=at)
+
+    async def clear(self, endpoint_id: str, probe: str | None = None) -> int:
+        return await self._db.run(clear_baselines, endpoint_id, probe)

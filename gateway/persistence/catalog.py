@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine, Table, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from gateway.catalog import Endpoint
-from gateway.config import Settings
+from gateway.persistence.config import PersistenceSettings
 from gateway.persistence.models import config_history, deployments, providers
 from gateway.persistence.types import utc
 
@@ -32,7 +32,7 @@ class Entry:
         return hashlib.sha256(orjson.dumps(self.config, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def provider_entries(settings: Settings) -> list[Entry]:
+def provider_entries(settings: PersistenceSettings) -> list[Entry]:
     entries = []
     for p in settings.providers:
         config = p.model_dump(mode="json", exclude={"api_key", "headers"})
@@ -64,7 +64,7 @@ class SyncResult:
 
 
 def sync_catalog(
-    engine: Engine, settings: Settings, endpoints: Iterable[Endpoint], now: float
+    engine: Engine, settings: PersistenceSettings, endpoints: Iterable[Endpoint], now: float
 ) -> dict[str, SyncResult]:
     """Bring both tables in line with the config. Replicas starting together may race: on a
     conflict the sync is retried once against what the other replica wrote."""

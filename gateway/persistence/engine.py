@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 
-from gateway.config import DatabaseConfig
-from gateway.redact import mask_urls
+from gateway.persistence.config import DatabaseConfig
+from kernel.redact import mask_urls
 
 T = TypeVar("T")
 

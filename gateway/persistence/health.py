@@ -11,10 +11,10 @@ from typing import Any
 
 from sqlalchemy import Engine, and_, insert, or_, select
 
-from gateway.health_states import EndpointHealth, Transition
 from gateway.persistence.models import endpoint_states, health_transitions, manual_actions
 from gateway.persistence.requests import upsert
 from gateway.persistence.types import utc
+from kernel.health import EndpointHealth, Transition
 
 
 def record_transition(engine: Engine, t: Transition, *, actor: str | None = None, action: str | None = None) -> None:

@@ -11,9 +11,9 @@ from datetime import datetime
 from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from gateway.config import key_digest
 from gateway.persistence.models import gateway_keys
 from gateway.persistence.types import utc
+from gateway.pipeline.settings import key_digest
 
 KEY_PREFIX = "sk-gw-"
 

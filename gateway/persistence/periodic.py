@@ -1,5 +1,5 @@
 """A background task that calls an async function every `interval` seconds, through the shared
-loop runner (`gateway.background.run_forever`): a database outage is logged (at most once a
+loop runner (`kernel.tasks.run_forever`): a database outage is logged (at most once a
 minute), a bug is logged with its traceback, and the next round still runs."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from gateway.background import Heartbeat, cancel_and_wait, run_forever
+from kernel.tasks import Heartbeat, cancel_and_wait, run_forever
 
 log = logging.getLogger("gateway.persistence")
 

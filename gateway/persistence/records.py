@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from gateway.persistence.types import utc
-from gateway.pipeline.account import RequestRecord
+from kernel.records import RequestRecord
 
 Stamped = tuple[float, RequestRecord]
 

@@ -8,11 +8,12 @@ import asyncio
 
 from sqlalchemy import Engine
 
-from gateway.health_states import EndpointHealth, HealthStates
+from gateway.health_states import HealthStates
 from gateway.persistence.engine import Database
 from gateway.persistence.health import load_states
 from gateway.persistence.keys import KeySet, load_keys
 from gateway.pipeline.auth import Authenticator
+from kernel.health import EndpointHealth
 
 
 def _load(engine: Engine) -> tuple[KeySet, dict[str, EndpointHealth]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from datetime import date
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from sqlalchemy import Connection, Engine, Insert, Table
@@ -99,7 +99,7 @@ def insert_log(conn: Connection, batch: Sequence[Stamped]) -> None:
     if conn.dialect.name == "sqlite":
         conn.exec_driver_sql(_SQLITE_INSERT, [to_values(at, r, sqlite=True) for at, r in batch])
         return
-    raw = conn.connection.dbapi_connection
+    raw = cast("psycopg.Connection[Any] | None", conn.connection.dbapi_connection)  # the psycopg 3 driver's
     assert raw is not None
     with raw.cursor() as cursor, cursor.copy(_PG_COPY) as copy:
         for at, r in batch:

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from sqlalchemy import Column, Engine, Table, delete, select
 
-from gateway.config import RetentionConfig
+from gateway.persistence.config import RetentionConfig
 from gateway.persistence.models import (
     config_history,
     health_transitions,

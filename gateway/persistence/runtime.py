@@ -18,11 +18,10 @@ from functools import partial
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SATimeoutError
 
-from gateway.background import LoopHealth
 from gateway.catalog import Catalog
-from gateway.config import Settings
-from gateway.health_states import HealthStates, Transition
+from gateway.health_states import HealthStates
 from gateway.persistence.catalog import sync_catalog
+from gateway.persistence.config import PersistenceSettings
 from gateway.persistence.engine import Database, safe_url
 from gateway.persistence.health import record_transition
 from gateway.persistence.periodic import Periodic
@@ -33,17 +32,19 @@ from gateway.persistence.spill import SpillFile
 from gateway.persistence.stores import ProcessStore, StoreError, ThreadStore
 from gateway.persistence.writer import RecordQueue, RecordWriter, WriterStats, writer_limit_s
 from gateway.pipeline.auth import Authenticator
+from kernel.health import Transition
+from kernel.tasks import LoopHealth
 
 log = logging.getLogger("gateway.persistence")
 
 # What a database job's failure means when the database is away (the job is fine, it retries);
-# anything else is a bug, logged with its traceback (gateway.background).
+# anything else is a bug, logged with its traceback (kernel.tasks).
 DATABASE_OUTAGES: tuple[type[BaseException], ...] = (OperationalError, InterfaceError, SATimeoutError, StoreError, OSError, TimeoutError)
 
 
 class Persistence:
     def __init__(
-        self, settings: Settings, *, wall: Callable[[], float] = time.time, loops: LoopHealth | None = None
+        self, settings: PersistenceSettings, *, wall: Callable[[], float] = time.time, loops: LoopHealth | None = None
     ) -> None:
         cfg = settings.persistence
         self.settings = settings

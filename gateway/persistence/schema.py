@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, inspect, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from gateway.config import DatabaseConfig
+from gateway.persistence.config import DatabaseConfig
 from gateway.persistence.engine import make_engine, safe_url
 
 SCHEMA_HEAD = ("0004",)
@@ -42,7 +42,8 @@ def schema_problem(config: DatabaseConfig) -> str | None:
     try:
         status = schema_status(engine)
     except SQLAlchemyError as exc:
-        reason = str(exc.orig if getattr(exc, "orig", None) is not None else exc).strip().splitlines()[0]
+        orig = getattr(exc, "orig", None)
+        reason = str(orig if orig is not None else exc).strip().splitlines()[0]
         return f"cannot reach the database at {safe_url(config.url)}: {reason}"
     finally:
         engine.dispose()

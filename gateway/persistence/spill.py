@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from gateway.persistence.records import Stamped, decode_line, encode_line
-from gateway.pipeline.account import RequestRecord
+from kernel.records import RequestRecord
 
 log = logging.getLogger("gateway.persistence")
 

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.config import DatabaseConfig
+from gateway.persistence.config import DatabaseConfig
 from gateway.persistence.records import Stamped, encode_row
 from gateway.persistence.spill import SpillFile, replay_file
 
@@ -68,7 +68,6 @@ class ProcessStore:
     def __init__(self, database: DatabaseConfig) -> None:
         self._config = database.model_dump_json()
         self._proc: asyncio.subprocess.Process | None = None
-        self._killed: list[asyncio.subprocess.Process] = []  # reaped at aclose
         self._lock = asyncio.Lock()
         self._killed: list[asyncio.subprocess.Process] = []  # discarded workers, reaped at close
 

@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 import orjson
 from sqlalchemy import Engine
 
-from gateway.config import DatabaseConfig
+from gateway.persistence.config import DatabaseConfig
 from gateway.persistence.engine import make_engine
 from gateway.persistence.records import decode_row
 from gateway.persistence.requests import write_batch

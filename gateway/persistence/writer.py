@@ -21,16 +21,16 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gateway.background import Heartbeat
-from gateway.config import PersistenceConfig
 import orjson
 
+from gateway.persistence.config import PersistenceConfig
 from gateway.persistence.records import Stamped, encode_row
 from gateway.persistence.spill import SpillFile, SpillFull
 from gateway.persistence.stores import BatchStore, StoreError
-from gateway.pipeline.account import RequestRecord
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.observe import RecordObserver
+from kernel.records import RequestRecord
+from kernel.tasks import Heartbeat
 
 log = logging.getLogger("gateway.persistence")
 
@@ -215,10 +215,10 @@ class RecordWriter:
                 self._queue.put_back(batch)
                 raise StoreError(f"a batch write took longer than {self._cfg.write_timeout:g} s") from None
             except (TypeError, ValueError):
-                batch = self._drop_unserialisable(batch)
-                if batch is None:  # every record encodes: not a serialisation failure
+                kept = self._drop_unserialisable(batch)
+                if kept is None:  # every record encodes: not a serialisation failure
                     raise
-                self._queue.put_back(batch)  # the rest go in the next round
+                self._queue.put_back(kept)  # the rest go in the next round
                 continue
             except BaseException:
                 self._queue.put_back(batch)

@@ -11,9 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gateway.config import Price
 from gateway.pipeline.context import RequestContext
-from providers.base import Usage
+from kernel.deployment import Price
+from kernel.records import RequestRecord
+from kernel.values import Usage
 
 if TYPE_CHECKING:
     from gateway.pipeline.observe import RequestObserver
@@ -25,32 +26,6 @@ def cost_usd(usage: Usage | None, price: Price) -> float:
     cached = min(usage.cached_tokens, usage.prompt_tokens)
     uncached = usage.prompt_tokens - cached
     return (uncached * price.input + cached * price.cached + usage.completion_tokens * price.output) / 1_000_000
-
-
-@dataclass(slots=True)
-class RequestRecord:
-    request_id: str
-    key_name: str | None
-    model: str
-    endpoint_id: str | None
-    op: str
-    stream: bool
-    attempts: int
-    status: int
-    error: str | None
-    prompt_tokens: int
-    cached_tokens: int
-    completion_tokens: int
-    cost_usd: float
-    ttft_s: float | None
-    latency_s: float
-    overhead_ms: float
-    # Only when the accountant keeps bodies (persistence.store_bodies): the parsed request, and the
-    # response body (a stream's event payloads, one per line).
-    request_body: object = None
-    response_body: bytes | None = None
-    # An upstream failure's detail (the client got a stable message and the request id).
-    error_detail: str | None = None
 
 
 @dataclass(slots=True)

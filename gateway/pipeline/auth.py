@@ -17,15 +17,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gateway.config import AuthConfig, Settings, key_digest
-from gateway.errors import AuthenticationFailed, KeyStoreUnavailable, PermissionDenied
-
+from gateway.pipeline.settings import AuthConfig, AuthSettings, key_digest
+from kernel.errors import AuthenticationFailed, KeyStoreUnavailable, PermissionDenied
 
 # Distinct Authorization headers remembered as passed (a few hundred bytes each).
 PASSED_CAP = 4096
 
 
-def open_by_config(settings: Settings) -> bool:
+def open_by_config(settings: AuthSettings) -> bool:
     """Whether the API takes callers without a key: `auth.open`, or when unset, no key can exist."""
     if settings.auth.open is not None:
         return settings.auth.open
@@ -47,7 +46,7 @@ HOW_TO_ADD_A_KEY = (
 )
 
 
-def open_bind_problem(settings: Settings) -> str | None:
+def open_bind_problem(settings: AuthSettings) -> str | None:
     """One line when the API would be open on an address other machines can reach."""
     host = settings.server.host
     if not open_by_config(settings) or is_loopback(host):
@@ -137,10 +136,10 @@ class Authenticator:
         if self._open:
             return None
         if authorization is not None and (known := self._passed.get(authorization)) is not None:
-            name, stored = known
-            if stored and self._clock() > self._fresh_until:
+            known_name, known_stored = known
+            if known_stored and self._clock() > self._fresh_until:
                 raise self._unavailable()
-            return name
+            return known_name
         token = _bearer(authorization)
         if token is None:
             raise AuthenticationFailed(

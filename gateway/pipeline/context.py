@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from providers.base import Operation, Usage
+from kernel.values import Operation, Usage
+
+if TYPE_CHECKING:
+    from gateway.routing.router import RouteTicket
 
 
 @dataclass(slots=True)
@@ -32,9 +35,9 @@ class RequestContext:
     error_detail: str | None = None
     # Set to [] when response bodies are kept (persistence.store_bodies); stages append payloads.
     response_parts: list[bytes] | None = None
-    # Routing: the decision's per-request state (gateway.routing.router.RouteTicket), its
+    # Routing: the decision's per-request state, its
     # explanation header, and body fields to add for particular endpoints (prompt_cache_key).
-    route: Any = None
+    route: RouteTicket | None = None
     route_header: str | None = None
     body_extra: dict[str, dict[str, Any]] | None = None
     # Set only when the request carries tools: gathers the response's calls for the passive

@@ -11,18 +11,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from typing import Any
 
 from gateway.catalog import Endpoint
-from gateway.config import RetryConfig
-from gateway.errors import AllAttemptsFailed, ProviderError, ProviderStreamError, ProviderTimeout, Unavailable
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.fanout import fan_out, fan_out_count
 from gateway.pipeline.observe import Observers, RequestObserver
+from gateway.pipeline.outcome import Completed, Streaming
 from gateway.routing.backoff import clamp_retry_after, retry_delay
 from gateway.routing.order import Ordering
+from gateway.routing.settings import RetryConfig
+from kernel.errors import AllAttemptsFailed, ProviderError, ProviderStreamError, ProviderTimeout, Unavailable
 from providers.base import ParsedChunk, StreamTranslator
 from providers.http import HTTPClient, Timeouts, UpstreamResponse
 from providers.sse import SSEDecoder
@@ -30,21 +30,7 @@ from providers.sse import SSEDecoder
 log = logging.getLogger("gateway.dispatch")
 
 
-@dataclass(slots=True)
-class Completed:
-    body: bytes
-
-
-@dataclass(slots=True)
-class Streaming:
-    endpoint: Endpoint
-    first: list[bytes]
-    rest: AsyncIterator[ParsedChunk]
-    done: bool
-    response: UpstreamResponse
-
-
-async def parse_stream(response: UpstreamResponse, translator: StreamTranslator) -> AsyncIterator[ParsedChunk]:
+async def parse_stream(response: UpstreamResponse, translator: StreamTranslator) -> AsyncGenerator[ParsedChunk, None]:
     """One merged chunk per upstream read: events that arrived together leave together, in one
     write to the client (one transport write per event cost about half the CPU of a stream).
     The exception is the first event with a payload: it leaves alone, at once, so the time to
@@ -184,8 +170,7 @@ class Dispatcher:
         try:
             response = await self._client.send(request, self._timeouts, endpoint.id)
             if response.status >= 400:
-                body = await response.read()
-                raise adapter.map_error(target, response.status, response.headers, body)
+                raise adapter.map_error(target, response.status, response.headers, await response.read())
             if not ctx.stream:
                 parsed = adapter.parse_response(target, ctx.op, await response.read())
                 ctx.usage = parsed.usage

@@ -13,18 +13,17 @@ are unchanged:
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway.catalog import Endpoint
-from gateway.errors import ProviderStreamError
 from gateway.pipeline.context import RequestContext
-from providers.base import ParsedChunk, Usage
+from gateway.pipeline.outcome import Completed, Streaming
+from kernel.errors import ProviderStreamError
+from kernel.values import Usage
+from providers.base import ParsedChunk
 from providers.fanout import ChunkMerger, add_usages, merge_bodies, sub_bodies
 
-if TYPE_CHECKING:
-    from gateway.pipeline.dispatch import Completed, Streaming
-
-    Attempt = Callable[[RequestContext, Endpoint, dict[str, Any]], Awaitable[Completed | Streaming]]
+Attempt = Callable[[RequestContext, Endpoint, dict[str, Any]], Awaitable[Completed | Streaming]]
 
 
 def fan_out_count(ctx: RequestContext, endpoint: Endpoint) -> int:
@@ -36,8 +35,6 @@ def fan_out_count(ctx: RequestContext, endpoint: Endpoint) -> int:
 
 
 async def fan_out(ctx: RequestContext, endpoint: Endpoint, n: int, attempt: Attempt) -> Completed | Streaming:
-    from gateway.pipeline.dispatch import Completed, Streaming  # (dispatch imports this module)
-
     bodies = sub_bodies(ctx.body_for(endpoint.id), n)
     if not ctx.stream:
         parts = []

@@ -27,7 +27,7 @@ from gateway.catalog import Endpoint
 from gateway.pipeline.context import RequestContext
 
 if TYPE_CHECKING:
-    from gateway.pipeline.account import RequestRecord
+    from kernel.records import RequestRecord
 
 
 EVENTS = ("request_started", "attempt_started", "attempt_committed", "attempt_failed", "finished")

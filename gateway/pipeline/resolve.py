@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.catalog import Catalog, Endpoint
-from gateway.errors import UnsupportedParameter
-from providers.base import Operation
+from kernel.errors import UnsupportedParameter
+from kernel.values import Operation
 
 
 def _requested_top_logprobs(op: Operation, body: dict[str, Any]) -> int | None:

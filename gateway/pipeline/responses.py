@@ -10,20 +10,20 @@ event and no completion: the SDKs raise, nothing looks finished.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from gateway.errors import GatewayError, ProviderError, ProviderStreamError
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.dispatch import Streaming
+from gateway.pipeline.outcome import Streaming
 from gateway.state_store.base import StoreUnavailable
 from gateway.state_store.responses import ResponseStore, StoredResponse
 from gateway.translate.responses_output import assistant_message, response_from_chat
 from gateway.translate.responses_request import ChatRequest
 from gateway.translate.responses_stream import ResponseStream
+from kernel.errors import GatewayError, ProviderError, ProviderStreamError
 
 log = logging.getLogger("gateway.responses")
 
@@ -74,8 +74,8 @@ async def relay(
     *,
     error_event: Callable[[GatewayError, ResponseStream], bytes],
     on_failure: Callable[[ProviderError], None],
-    on_finish: Callable[[RequestContext], None],
-) -> AsyncIterator[bytes]:
+    on_finish: Callable[[RequestContext], object],
+) -> AsyncGenerator[bytes, None]:
     parts = ctx.response_parts
     trace = ctx.tool_trace  # only for requests with tools: it reads the chat chunks
     events = ResponseStream(turn.response_id, turn.created_at, turn.model, turn.request.echo, logprobs=turn.request.logprobs)
@@ -98,14 +98,14 @@ async def relay(
             if out:
                 yield out
                 out = b""
-            chunk = await anext(streaming.rest, None)
-            if chunk is None:
+            parsed = await anext(streaming.rest, None)
+            if parsed is None:
                 raise ProviderStreamError(
                     f"upstream {streaming.endpoint.id} closed the stream before it finished", endpoint=streaming.endpoint.id
                 )
-            if chunk.usage is not None:
-                ctx.usage = chunk.usage
-            batches = [(chunk.payloads, chunk.done)]
+            if parsed.usage is not None:
+                ctx.usage = parsed.usage
+            batches = [(parsed.payloads, parsed.done)]
     except ProviderError as exc:
         ctx.status = exc.status_code
         ctx.error = type(exc).__name__

@@ -7,12 +7,12 @@ without ``[DONE]``, the client gets one OpenAI-style error event and the stream 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Protocol
 
-from gateway.errors import GatewayError, ProviderError, ProviderStreamError
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.dispatch import Streaming
+from gateway.pipeline.outcome import Streaming
+from kernel.errors import GatewayError, ProviderError, ProviderStreamError
 
 DONE = b"data: [DONE]\n\n"
 
@@ -49,9 +49,9 @@ async def relay(
     *,
     error_event: Callable[[GatewayError], bytes],
     on_failure: Callable[[ProviderError], None],
-    on_finish: Callable[[RequestContext], None],
+    on_finish: Callable[[RequestContext], object],
     framing: Framing = CHAT,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     parts = ctx.response_parts
     trace = ctx.tool_trace  # only for requests with tools
     try:

@@ -12,9 +12,9 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import InvalidRequest
 from gateway.routing import preferences
-from providers.base import Operation
+from kernel.errors import InvalidRequest
+from kernel.values import Operation
 
 Body = dict[str, Any]
 

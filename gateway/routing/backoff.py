@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 
-from gateway.config import RetryConfig
+from gateway.routing.settings import RetryConfig
 
 
 def retry_delay(attempt: int, retry_after: float | None, cfg: RetryConfig, rng: random.Random) -> float | None:
@@ -17,7 +17,7 @@ def retry_delay(attempt: int, retry_after: float | None, cfg: RetryConfig, rng: 
     if retry_after is not None and retry_after > cfg.max_retry_after:
         return None
     base = min(cfg.backoff_max, cfg.backoff_base * (2**attempt))
-    delay = base * (0.5 + 0.5 * rng.random())
+    delay: float = base * (0.5 + 0.5 * rng.random())
     if retry_after is not None:
         delay = max(delay, retry_after)
     return delay

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gateway.config import BreakerConfig
+from gateway.routing.settings import BreakerConfig
 
 BreakerState = Literal["closed", "open", "half_open"]
 

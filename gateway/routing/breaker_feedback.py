@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.catalog import Endpoint
-from gateway.errors import ProviderError
 from gateway.routing.breaker import CircuitBreaker
+from kernel.errors import ProviderError
 
 
 class BreakerFeedback:

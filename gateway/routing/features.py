@@ -238,7 +238,8 @@ def extract(
         chain = []
     out = body.get("max_completion_tokens") or body.get("max_tokens")
     max_out = int(out) if isinstance(out, int) and not isinstance(out, bool) else None
-    n = body.get("n") if isinstance(body.get("n"), int) else 1
+    raw_n = body.get("n")
+    n = raw_n if isinstance(raw_n, int) else 1
     expected = 0 if op == "embeddings" else (min(max_out, expected_output_tokens) if max_out else expected_output_tokens) * max(1, n)
     client_key = body.get("prompt_cache_key")
     if isinstance(client_key, str) and client_key:

@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from gateway.health_states import STATES, EndpointHealth, Transition, order_key
 from gateway.state_store.base import StateStore, StoreUnavailable
+from kernel.health import STATES, EndpointHealth, Transition, order_key
 
 log = logging.getLogger("gateway.state")
 

@@ -221,7 +221,10 @@ class LatencyModel:
             sums[name] = sums.get(name, 0.0) + value
         prior = self._priors.get(endpoint_id, CLOUD_PRIOR)
         a, b = _fit(sums, 1.0 / prior.prefill_tps)
-        corrections, weights, p50s, p90s = [], [], [], []
+        corrections: list[float] = []
+        weights: list[float] = []
+        p50s: list[float | None] = []
+        p90s: list[float | None] = []
         for band in range(self._nbands):
             w = sums.get(f"n{band}", 0.0)
             weights.append(own.get(f"n{band}", 0.0))

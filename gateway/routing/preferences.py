@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gateway.errors import InvalidRequest
+from kernel.errors import InvalidRequest
 
 Sort = Literal["price", "latency", "throughput"]
 

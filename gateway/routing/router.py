@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.catalog import Catalog, Endpoint
-from gateway.errors import InvalidRequest
 from gateway.routing import explain, preferences
 from gateway.routing.cache_key import CacheKeySharder
 from gateway.routing.decision import NOT_READY, SOFT_REASONS, Decision, Filtered, Scored
@@ -25,6 +24,7 @@ from gateway.routing.policies import POLICIES, Policy
 from gateway.routing.settings import KeyPolicy, RoutingConfig
 from gateway.routing.shared import SharedState
 from gateway.routing.tokens import TokenCounter, undecided
+from kernel.errors import InvalidRequest
 
 # What a hard filter reason means to the client: (param, code) of the 400.
 HARD_ERRORS: dict[str, tuple[str, str]] = {

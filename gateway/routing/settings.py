@@ -11,17 +11,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from kernel.frozen import Frozen
 
 # The names `gateway.routing.policies.POLICIES` registers (a test keeps the two in step).
 POLICY_NAMES = ("score", "round_robin", "least_loaded", "session_sticky", "config_order", "random")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Weights(_Frozen):
+class Weights(Frozen):
     """How each score term turns into penalty seconds."""
 
     # Seconds of penalty per US cent of expected request cost (1.0: a cent is worth a second).
@@ -49,7 +47,7 @@ class Weights(_Frozen):
     reuse_s: float = Field(60.0, gt=0)
 
 
-class Guards(_Frozen):
+class Guards(Frozen):
     """Load guards that stop affinity from piling onto one replica."""
 
     # SGLang-style imbalance override over slot-limited (local) endpoints: when the most loaded has
@@ -69,7 +67,7 @@ class Guards(_Frozen):
     explore: float = Field(0.0, ge=0, le=1)
 
 
-class AffinitySettings(_Frozen):
+class AffinitySettings(Frozen):
     # Bytes of canonical (model, tools, messages) per hashed block: 512 bytes (about 128 tokens)
     # for the first `coarse_after_bytes`, then `coarse_block_bytes` (bench/routing_decision.py:
     # hashing is a call per block, so long histories in small blocks cost the most for the least).
@@ -96,7 +94,7 @@ class AffinitySettings(_Frozen):
         return self
 
 
-class LatencySettings(_Frozen):
+class LatencySettings(Frozen):
     half_life_s: float = Field(300.0, gt=0)
     # Upper bounds (uncached prompt tokens) of the prompt-size bands; one more band above the last.
     bands: tuple[int, ...] = (512, 2048, 8192, 32768)
@@ -110,7 +108,7 @@ class LatencySettings(_Frozen):
         return self
 
 
-class KeyPolicy(_Frozen):
+class KeyPolicy(Frozen):
     """Per gateway key (by name): where its requests may go, and its own rate limits."""
 
     # Allowed endpoint regions; None allows any.
@@ -121,7 +119,7 @@ class KeyPolicy(_Frozen):
     tpm: int | None = Field(None, ge=1)
 
 
-class RoutingConfig(_Frozen):
+class RoutingConfig(Frozen):
     # A policy name from `gateway.routing.policies.POLICIES`.
     policy: str = "score"
     weights: Weights = Weights()
@@ -145,57 +143,21 @@ class RoutingConfig(_Frozen):
         return self
 
 
-CacheKind = Literal["auto", "none", "engine", "openai", "anthropic", "deepseek", "gemini"]
+class RetryConfig(Frozen):
+    attempts_per_endpoint: int = Field(2, ge=1, le=10)
+    max_attempts: int = Field(6, ge=1, le=50)
+    backoff_base: float = Field(0.1, ge=0)
+    backoff_max: float = Field(2.0, ge=0)
+    # An upstream asking us to wait longer than this is skipped for the next candidate instead.
+    max_retry_after: float = Field(5.0, ge=0)
+    # The longest an upstream's Retry-After may block its endpoint (here and on every replica);
+    # longer values are clamped, non-finite ones ignored.
+    max_retry_after_block: float = Field(300.0, gt=0, allow_inf_nan=False)
 
 
-class CacheSettings(_Frozen):
-    """How an endpoint's prefix cache behaves. `auto` picks a profile from the provider kind
-    (`gateway.routing.affinity.CACHE_PROFILES`); any field set here overrides the profile."""
-
-    kind: CacheKind = "auto"
-    ttl_s: float | None = Field(None, gt=0)
-    capacity_tokens: int | None = Field(None, ge=0)
-    min_tokens: int | None = Field(None, ge=0)
-    step_tokens: int | None = Field(None, ge=1)
-    # Whether the endpoint reports cached tokens in its usage.
-    reports: bool | None = None
-    # Whether to send `prompt_cache_key` (OpenAI's cache routing hint).
-    prompt_cache_key: bool | None = None
-
-
-class DeploymentRouting(_Frozen):
-    """What routing knows about one deployment beyond its price and capabilities."""
-
-    # Requests it serves at once without queueing (a llama.cpp replica: 1). None: elastic (cloud),
-    # its queueing shows only in the observed TTFT.
-    slots: int | None = Field(None, ge=1)
-    # The upstream's own limits for this deployment (our account's quota).
-    rpm: int | None = Field(None, ge=1)
-    tpm: int | None = Field(None, ge=1)
-    # Priors until observations arrive: TTFT of a tiny prompt, prefill and decode rates.
-    ttft_s: float | None = Field(None, gt=0)
-    prefill_tps: float | None = Field(None, gt=0)
-    decode_tps: float | None = Field(None, gt=0)
-    # A static quality multiplier (the probes' score multiplies it).
-    quality: float = Field(1.0, gt=0, le=1)
-    cache: CacheSettings = CacheSettings()
-    # Request parameters this deployment ignores (checked with provider.require_parameters).
-    unsupported_params: tuple[str, ...] = ()
-
-
-class StateStoreConfig(_Frozen):
-    """Where routing state shared by gateway replicas lives."""
-
-    backend: Literal["memory", "redis"] = "memory"
-    url: str = "redis://127.0.0.1:6379/0"
-    key_prefix: str = "gw:"
-    # How often each replica pushes its deltas and pulls the shared view.
-    sync_interval_s: float = Field(0.25, gt=0)
-    # Latency statistics move slowly (half-lives of minutes): push and pull them every N syncs.
-    latency_every: int = Field(4, ge=1)
-    # Per-operation timeout: an outage must not stall requests.
-    timeout_s: float = Field(0.25, gt=0)
-    # Defaults to host:pid.
-    replica_id: str | None = None
-    # Bounded buffers kept while the store is away, replayed when it returns.
-    max_pending_affinity: int = Field(20_000, ge=0)
+class BreakerConfig(Frozen):
+    window_seconds: float = Field(60.0, gt=0)
+    min_requests: int = Field(5, ge=1)
+    failure_rate: float = Field(0.5, gt=0, le=1)
+    open_seconds: float = Field(30.0, gt=0)
+    half_open_probes: int = Field(1, ge=1)

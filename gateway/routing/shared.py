@@ -27,15 +27,13 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from gateway.background import Heartbeat, cancel_and_wait, run_forever
 from gateway.catalog import Catalog, Endpoint, ReportedLoad
-from gateway.errors import RateLimited
 from gateway.routing.affinity import AffinityIndex, CacheProfile, profile_for
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.features import blocks_of
 from gateway.routing.health_feed import HealthFeed
 from gateway.routing.latency import EndpointLatency, LatencyModel
-from gateway.routing.settings import KeyPolicy, RoutingConfig, StateStoreConfig
+from gateway.routing.settings import KeyPolicy, RoutingConfig
 from gateway.routing.snapshot import EndpointStatic, prior_for
 from gateway.state_store.base import (
     AffinityEntry,
@@ -44,7 +42,10 @@ from gateway.state_store.base import (
     StoreUnavailable,
     rate_key,
 )
+from gateway.state_store.config import StateStoreConfig
 from gateway.state_store.window import SlidingWindow
+from kernel.errors import RateLimited
+from kernel.tasks import Heartbeat, cancel_and_wait, run_forever
 
 log = logging.getLogger("gateway.state")
 
@@ -317,12 +318,12 @@ class SharedState:
                     merged = latency.setdefault(endpoint_id, {})
                     for name, value in delta.items():
                         merged[name] = merged.get(name, 0.0) + value
-            for endpoint_id, (open_for, blocked_for, at) in breaker_events.items():
+            for endpoint_id, (opened, blocked_for, at) in breaker_events.items():
                 elapsed = now - at
-                if open_for is not None and open_for > 0:
-                    open_for = max(1e-3, open_for - elapsed)
+                if opened is not None and opened > 0:
+                    opened = max(1e-3, opened - elapsed)
                 await self.store.breaker_publish(
-                    endpoint_id, open_for=open_for, blocked_for=max(0.0, blocked_for - elapsed) if blocked_for else 0.0
+                    endpoint_id, open_for=opened, blocked_for=max(0.0, blocked_for - elapsed) if blocked_for else 0.0
                 )
             counts = {e: (self._inflight.get(e, 0), self._prefill.get(e, 0)) for e in self._endpoint_ids}
             await self.store.inflight_report(self.replica, counts, max(4 * self.store_cfg.sync_interval_s, 1.0))

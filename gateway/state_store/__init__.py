@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from gateway.routing.settings import StateStoreConfig
 from gateway.state_store.base import StateStore, StoreUnavailable
+from gateway.state_store.config import StateStoreConfig
 from gateway.state_store.memory import MemoryStore
 
 

@@ -131,6 +131,10 @@ class StateStore(Protocol):
 
     async def kv_put(self, key: str, value: bytes, ttl_s: float) -> None: ...
 
+    async def kv_delete(self, key: str) -> bool:
+        """Remove the value; True when there was one."""
+        ...
+
     # -- leases (one holder at a time, until it releases or the TTL passes)
     async def lease_acquire(self, key: str, owner: str, ttl_s: float) -> bool:
         """Take the lease if it is free or expired, or renew it if `owner` holds it; True when held."""

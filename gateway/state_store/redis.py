@@ -31,7 +31,6 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 from redis.retry import Retry
 
-from gateway.redact import mask_urls
 from gateway.state_store.base import (
     HEALTH_TTL_S,
     AffinityEntry,
@@ -41,6 +40,7 @@ from gateway.state_store.base import (
     StoreUnavailable,
 )
 from gateway.state_store.window import BUCKETS
+from kernel.redact import mask_urls
 
 SEP = "\x1f"
 LATENCY_TTL_MS = 86_400_000
@@ -441,7 +441,7 @@ class RedisStore:
 
     async def health_publish(self, endpoint: str, version: tuple[float, float], record: bytes) -> bool:
         # repr: the shortest text that reads back as the same double, in Lua as in Python.
-        args = [endpoint, repr(float(version[0])), repr(float(version[1])), record, int(HEALTH_TTL_S * 1000)]
+        args: list[str | bytes | int] = [endpoint, repr(float(version[0])), repr(float(version[1])), record, int(HEALTH_TTL_S * 1000)]
         return bool(int(await self._call(self._health(keys=[f"{self._p}health"], args=args))))
 
     async def health_read(self) -> dict[str, bytes]:

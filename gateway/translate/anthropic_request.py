@@ -30,8 +30,8 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import InvalidRequest, UnsupportedParameter
 from gateway.routing import preferences
+from kernel.errors import InvalidRequest, UnsupportedParameter
 
 Body = dict[str, Any]
 
@@ -363,7 +363,7 @@ def _thinking(body: Body) -> bool:
     kind = _object(raw, "thinking").get("type")
     if kind not in ("enabled", "disabled", "adaptive"):
         raise _bad("thinking.type", "Input should be 'enabled', 'disabled' or 'adaptive'")
-    return kind != "disabled"
+    return bool(kind != "disabled")
 
 
 def _model(body: Body) -> str:

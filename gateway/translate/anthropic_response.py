@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from providers.base import Usage
+from kernel.values import Usage
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use", "content_filter": "refusal"}
 
@@ -137,7 +137,7 @@ class MessagesStream:
 
     def _start(self, out: list[bytes]) -> None:
         self.started = True
-        message = {
+        message: dict[str, Any] = {
             "id": self.message_id,
             "type": "message",
             "role": "assistant",
@@ -180,7 +180,7 @@ class MessagesStream:
         fn = call.get("function") or {}
         index = self.tool_blocks.get(position)
         if index is None:
-            block = {"type": "tool_use", "id": call.get("id") or _tool_id(), "name": fn.get("name") or "", "input": {}}
+            block: dict[str, Any] = {"type": "tool_use", "id": call.get("id") or _tool_id(), "name": fn.get("name") or "", "input": {}}
             index = self.tool_blocks[position] = self._open(out, block)
         arguments = fn.get("arguments")
         if isinstance(arguments, str) and arguments:

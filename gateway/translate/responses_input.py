@@ -8,7 +8,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from gateway.errors import InvalidRequest, UnsupportedParameter
+from kernel.errors import InvalidRequest, UnsupportedParameter
 
 Body = dict[str, Any]
 

@@ -156,7 +156,8 @@ def response_from_chat(chat: Body, response_id: str, created_at: int, model: str
         if not isinstance(call, dict):
             continue
         fn = obj(call.get("function"))
-        call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else new_id("call")
+        given = call.get("id")
+        call_id = given if isinstance(given, str) and given else new_id("call")
         response["output"].append(call_item(new_id("fc"), call_id, as_text(fn.get("name")), arguments_of(fn), "completed"))
     finish(response, choice.get("finish_reason"), usage_from_chat(chat.get("usage")))
     return response

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import UnsupportedParameter
 from gateway.translate.responses_input import bad, kind_of, parse_input, required_str, typed
+from kernel.errors import UnsupportedParameter
 
 Body = dict[str, Any]
 
@@ -190,7 +190,7 @@ def _metadata(value: Any) -> Body:
     for key, item in meta.items():
         if len(key) > 64 or not isinstance(item, str) or len(item) > 512:
             raise bad(f"metadata.{key}", f"Invalid 'metadata.{key}': keys take up to 64 characters, values are strings of up to 512.")
-    return meta
+    return dict(meta)
 
 
 # -- the request ----------------------------------------------------------------------

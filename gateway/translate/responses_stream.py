@@ -20,19 +20,19 @@ from typing import Any
 
 import orjson
 
+from gateway.translate.responses_input import new_id
 from gateway.translate.responses_output import (
+    as_text,
     call_item,
     chat_logprobs,
     envelope,
     finish,
     logprobs_from_chat,
     message_item,
-    as_text,
     obj,
     text_part,
     usage_from_chat,
 )
-from gateway.translate.responses_input import new_id
 
 Body = dict[str, Any]
 

@@ -22,6 +22,7 @@ import signal
 import socket
 import sys
 import types
+from typing import Any, cast
 
 MAX_DEPTH = 64
 MAX_REPLY = 1 << 20  # the judge refuses longer lines
@@ -92,7 +93,7 @@ def decode(value: object, handles: Handles) -> object:
         if tag == "t":
             return tuple(items)
         if tag == "d":
-            return {k: v for k, v in items}
+            return {k: v for k, v in cast("list[tuple[object, object]]", items)}
         if tag == "s":
             return set(items)
         if tag == "f":
@@ -101,7 +102,7 @@ def decode(value: object, handles: Handles) -> object:
     return value
 
 
-def perform(request: dict, handles: Handles) -> object:
+def perform(request: dict[str, Any], handles: Handles) -> object:
     op = request["op"]
     if op == "clock":
         # A clock for the checks to inject: a namespace they move, a partial of the builtin getattr
@@ -110,7 +111,7 @@ def perform(request: dict, handles: Handles) -> object:
         return (state, functools.partial(getattr, state, "now"), functools.partial(setattr, state, "now"))
     if op == "calls":
         # Many calls in one request, in order; the first exception ends them.
-        return [handles.get(fn)(*decode(args, handles)) for fn, args in request["calls"]]  # type: ignore[operator]
+        return [handles.get(fn)(*cast("list[object]", decode(args, handles))) for fn, args in request["calls"]]  # type: ignore[operator]
     target = handles.get(request["obj"])
     if op == "get":
         return getattr(target, request["name"])
@@ -118,7 +119,7 @@ def perform(request: dict, handles: Handles) -> object:
         setattr(target, request["name"], decode(request["value"], handles))
         return None
     if op == "call":
-        args = decode(request.get("args", []), handles)
+        args = cast("list[object]", decode(request.get("args", []), handles))
         kwargs = {k: decode(v, handles) for k, v in request.get("kwargs", {}).items()}
         return target(*args, **kwargs)  # type: ignore[operator]
     if op == "len":
@@ -134,7 +135,7 @@ def perform(request: dict, handles: Handles) -> object:
     raise ValueError(f"unknown op {op!r}")
 
 
-def raised(exc: BaseException) -> dict:
+def raised(exc: BaseException) -> dict[str, Any]:
     """The exception's built-in type names, most derived first, and its message, capped."""
     builtin = [c.__name__ for c in type(exc).__mro__ if c.__module__ == "builtins"]
     try:
@@ -158,7 +159,7 @@ def main() -> None:
     handles: Handles | None = None
     for line in reader:
         request = json.loads(line)
-        reply: dict = {"id": request.get("id")}
+        reply: dict[str, Any] = {"id": request.get("id")}
         try:
             setitimer(itimer_real, max(float(request.get("budget", 5.0)), 0.001))
             if request["op"] == "import":

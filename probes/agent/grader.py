@@ -181,7 +181,7 @@ def grade(task: Task, files: Mapping[str, str], sandbox: Sandbox) -> Grade:
     by_kind = {k: [c for c in checks if c.kind == k] for k in ("import", "smoke", "behaviour", "test", "done")}
     tests = by_kind["test"]
     passed_tests, total = sum(c.ok for c in tests), sum(k == "test" for _, k in expected)
-    common = {"checks": tuple(checks), "tests_passed": passed_tests, "tests_total": total, "details": details}
+    common: dict[str, Any] = {"checks": tuple(checks), "tests_passed": passed_tests, "tests_total": total, "details": details}
     for c in by_kind["import"] + by_kind["smoke"]:
         if not c.ok:
             return Grade(task.name, False, "run", f"{c.kind}: {_error(c, run)}", **common)

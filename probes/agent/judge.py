@@ -26,7 +26,8 @@ import socket
 import sys
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, cast
 
 CHECK_SECONDS = 5.0
 GRACE_SECONDS = 1.0  # how much longer than its budget an answer may take before the link is given up
@@ -92,7 +93,7 @@ class Link:
             raise
         return self._answer(reply)
 
-    def _read(self, seconds: float) -> dict:
+    def _read(self, seconds: float) -> dict[str, Any]:
         until = time.monotonic() + seconds
         while b"\n" not in self._buffer:
             if len(self._buffer) > MAX_LINE:
@@ -116,7 +117,7 @@ class Link:
             raise ValueError("an answer out of turn")
         return reply
 
-    def _answer(self, reply: dict) -> object:
+    def _answer(self, reply: dict[str, Any]) -> object:
         if "ok" in reply:
             try:
                 return decode(reply["ok"], self)
@@ -136,7 +137,7 @@ def _text(value: object, cap: int) -> str:
     return value[:cap] if type(value) is str else ""
 
 
-def solution_exception(info: dict) -> Exception:
+def solution_exception(info: dict[str, Any]) -> Exception:
     """The exception to raise for one the solution raised: a built-in type it derives from, or SolutionError."""
     message = _text(info.get("message"), MAX_MESSAGE)
     names = info.get("types")
@@ -174,7 +175,7 @@ def decode(value: object, link: Link, depth: int = 0) -> object:
     if tag == "d":
         if not all(type(i) is list and len(i) == 2 for i in items):
             raise ValueError("a malformed dict")
-        return {k: v for k, v in items}  # TypeError for an unhashable key
+        return {k: v for k, v in cast("list[tuple[object, object]]", items)}  # TypeError for an unhashable key
     if tag == "s":
         return set(items)
     if tag == "f":
@@ -197,7 +198,7 @@ def encode(value: object, depth: int = 0) -> object:
     if type(value) is dict:
         return {"d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
     if type(value) in (set, frozenset):
-        return {"f" if type(value) is frozenset else "s": [encode(v, depth + 1) for v in value]}
+        return {"f" if type(value) is frozenset else "s": [encode(v, depth + 1) for v in cast("Iterable[object]", value)]}
     raise TypeError(f"a {type(value).__name__} cannot be passed to the solution: only plain values and its own objects")
 
 
@@ -247,7 +248,7 @@ class Remote:
     def __bool__(self) -> bool:
         return self._gw("bool") is True
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self) -> Iterator[object]:
         items = self._gw("list")
         if type(items) is not list:
             raise TypeError("the solution's object did not list as a list")
@@ -273,7 +274,8 @@ class Driver:
         self._link = link
 
     def clock(self, now: float = 100.0) -> tuple[object, object, object]:
-        state, read, set_to = self._link.request("clock", now=float(now))  # type: ignore[misc]
+        got = self._link.request("clock", now=float(now))
+        state, read, set_to = cast("tuple[object, object, object]", got)
         return state, read, set_to
 
     def calls(self, calls: list[tuple[object, tuple[object, ...]]]) -> list[object]:

@@ -79,7 +79,8 @@ def _normalise_calls(raw: Any, step: int) -> list[dict[str, Any]]:
     calls = []
     for i, call in enumerate(raw if isinstance(raw, list) else []):
         call = call if isinstance(call, dict) else {}
-        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+        raw_fn = call.get("function")
+        fn = raw_fn if isinstance(raw_fn, dict) else {}
         calls.append({
             "id": call.get("id") or f"call_{step}_{i}",
             "type": "function",

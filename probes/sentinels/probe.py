@@ -179,7 +179,7 @@ class SentinelsProbe:
         cells: Sequence[needle.NeedleCell], loop_cells: Sequence[loops.LoopCell],
     ) -> None:
         """Write the baselines this endpoint lacks, from a clean run (never replaced here)."""
-        fresh = {
+        fresh: dict[str, dict[str, Any]] = {
             "usage": {"counts": {p.label: p.reported for p in fit_pts if p.reported is not None}},
             "needle": {"sizes": sizes, "found": {c.key: c.found for c in cells if c.found is not None}},
             "loops": {"cells": {c.key: [c.loops, c.n] for c in loop_cells}},

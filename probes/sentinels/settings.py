@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from kernel.frozen import Frozen
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class UsageSettings(_Frozen):
+class UsageSettings(Frozen):
     # Filler sizes (local cl100k tokens) whose reported counts fix the slope: short enough that no
     # real deployment truncates them.
     fit_sizes: tuple[int, ...] = (16, 48, 96, 160)
@@ -22,7 +20,7 @@ class UsageSettings(_Frozen):
     min_slope: float = Field(0.4, gt=0)
 
 
-class NeedleSettings(_Frozen):
+class NeedleSettings(Frozen):
     depths: tuple[float, ...] = (0.1, 0.5, 0.9)
     # Sizes halve from the largest down to `min_size` (local cl100k tokens), which is always probed.
     min_size: int = Field(128, ge=32)
@@ -39,7 +37,7 @@ class NeedleSettings(_Frozen):
     min_lost: int = Field(2, ge=1)
 
 
-class LoopSettings(_Frozen):
+class LoopSettings(Frozen):
     prompts: tuple[str, ...] = (
         "List the days of the week, one per line.",
         "Write a numbered list of ten fruits.",
@@ -67,7 +65,7 @@ class LoopSettings(_Frozen):
     alpha: float = Field(0.01, gt=0, lt=1)
 
 
-class SentinelSettings(_Frozen):
+class SentinelSettings(Frozen):
     usage: UsageSettings = UsageSettings()
     needle: NeedleSettings = NeedleSettings()
     loops: LoopSettings = LoopSettings()

@@ -19,6 +19,7 @@ from probes.base import Outcome
 from probes.sentinels.filler import filler_sentences
 from probes.sentinels.sampling import Sampler, prompt_tokens
 
+
 @dataclass(frozen=True, slots=True)
 class UsagePoint:
     label: str
@@ -89,7 +90,7 @@ def check_linear(
 
 def compare_counts(observed: Mapping[str, int | None], expected: Mapping[str, Any], *, tolerance: int) -> Outcome:
     """Reported counts of identical prompts against the reference's (or the frozen baseline's)."""
-    pairs = {k: (v, expected.get(k)) for k, v in observed.items() if v is not None and expected.get(k) is not None}
+    pairs = {k: (v, e) for k, v in observed.items() if v is not None and (e := expected.get(k)) is not None}
     if not pairs:
         return Outcome(0.0, details={"finding": "no_pairs"})
     diffs = {k: int(v) - int(e) for k, (v, e) in pairs.items()}

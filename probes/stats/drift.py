@@ -33,7 +33,8 @@ def lt_statistic(rows: np.ndarray, labels: np.ndarray) -> np.ndarray:
     first = np.asarray(labels, dtype=float)
     second = 1.0 - first
     gap = first @ rows / first.sum(axis=1, keepdims=True) - second @ rows / second.sum(axis=1, keepdims=True)
-    return np.abs(gap).mean(axis=1)
+    mean_gap: np.ndarray = np.abs(gap).mean(axis=1)
+    return mean_gap
 
 
 def prompt_test(

@@ -57,7 +57,8 @@ def mmd2(kernel: np.ndarray, labels: np.ndarray) -> np.ndarray:
     within_first = np.einsum("kn,kn->k", weighted, first)
     across = weighted.sum(axis=1) - within_first
     within_second = off.sum() - 2 * across - within_first
-    return within_first / (n * (n - 1)) + within_second / (m * (m - 1)) - 2 * across / (n * m)
+    estimate: np.ndarray = within_first / (n * (n - 1)) + within_second / (m * (m - 1)) - 2 * across / (n * m)
+    return estimate
 
 
 def mmd_test(
@@ -88,7 +89,8 @@ def mmd_test(
         return Outcome(statistic=0.0, samples=len(sample), reference_samples=len(reference), details=details)
 
     def statistic(rows: np.ndarray) -> np.ndarray:
-        return np.mean([mmd2(kernel, rows[:, idx]) for idx, kernel in blocks.values()], axis=0)
+        mean: np.ndarray = np.mean([mmd2(kernel, rows[:, idx]) for idx, kernel in blocks.values()], axis=0)
+        return mean
 
     observed, p, _ = permutation_test(statistic, labels, permutations, rng, strata=strata)
     per_prompt = {k: float(mmd2(kernel, labels[None, idx])[0]) for k, (idx, kernel) in blocks.items()}

@@ -30,7 +30,8 @@ def permuted_labels(
     n = labels.size
     if strata is None:
         order = rng.permuted(np.broadcast_to(np.arange(n), (permutations, n)), axis=1)
-        return labels[order]
+        permuted: np.ndarray = labels[order]
+        return permuted
     strata = np.asarray(strata)
     if strata.shape != labels.shape:
         raise ValueError("strata and labels must have the same shape")

@@ -2,6 +2,6 @@
 
 import sys
 
-from gateway.cli.testbed import main
+from probes.testbed.cli import main
 
 sys.exit(main())

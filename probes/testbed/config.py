@@ -103,4 +103,5 @@ def gateway_config(config: TestbedConfig, base_url: Callable[[str], str]) -> dic
 
 
 def gateway_config_yaml(config: TestbedConfig, base_url: Callable[[str], str]) -> str:
-    return yaml.safe_dump(gateway_config(config, base_url), sort_keys=False)
+    text: str = yaml.safe_dump(gateway_config(config, base_url), sort_keys=False)
+    return text

@@ -11,10 +11,12 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kernel.frozen import Frozen
 
 # llama.cpp's quantization types that `llama_model_quantize` can write (LLAMA_FTYPE_MOSTLY_<name>).
 QUANT_TYPES = (
@@ -48,8 +50,8 @@ class FaultSpecError(ValueError):
     """A fault spec that cannot be served; the message is one line."""
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+class _Frozen(Frozen):
+    model_config = ConfigDict(strict=True)  # merged with the base's frozen, extra="forbid"
 
 
 class ToolCorruption(_Frozen):
@@ -172,7 +174,10 @@ def reported_prompt_tokens(original: int, processed: int, spec: TruncatePrompt |
     return processed
 
 
-def loop_tokens(generated: Sequence[int], after: int, max_tokens: int, ngram: int) -> list[int]:
+T = TypeVar("T")
+
+
+def loop_tokens(generated: Sequence[T], after: int, max_tokens: int, ngram: int) -> list[T]:
     """The first `after` generated tokens, then their last `ngram` tokens repeated up to `max_tokens`."""
     head = list(generated[: min(after, max_tokens)])
     if not head:

@@ -133,7 +133,8 @@ def _processors(llm: Any, sampling: Sampling, sigma: float, noise_seed: int) -> 
             noise = logit_noise(scores.shape[0], sigma, rng)
             # The row the reported logprobs of this position are computed from.
             llm.scores[llm.n_tokens - 1, : noise.shape[0]] += noise
-            return scores + noise
+            noisy: np.ndarray = scores + noise
+            return noisy
 
         processors.append(add_noise)
     return processors
@@ -142,7 +143,7 @@ def _processors(llm: Any, sampling: Sampling, sigma: float, noise_seed: int) -> 
 def _grammar(text: str | None) -> Any:
     if text is None:
         return None
-    from llama_cpp import LlamaGrammar
+    from llama_cpp.llama_grammar import LlamaGrammar
 
     return LlamaGrammar.from_string(text, verbose=False)
 

@@ -17,8 +17,14 @@ from probes.testbed.backends import LoadedModel, ModelFiles, ModelPool
 from probes.testbed.faults import Draws, FaultSpec, corrupt_tool_calls
 from probes.testbed.generation import Generated, chat_logprobs, completion_logprobs, generate
 from probes.testbed.templates import chat_template
-from probes.testbed.tools import ToolRequestError, chosen_tools, history_as_text, parse_tool_calls, tool_grammar
-from probes.testbed.tools import tool_system_prompt
+from probes.testbed.tools import (
+    ToolRequestError,
+    chosen_tools,
+    history_as_text,
+    parse_tool_calls,
+    tool_grammar,
+    tool_system_prompt,
+)
 from probes.testbed.wire import BadRequest, ChatRequest, CompletionRequest
 
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
-
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, cast
 
 MAX_PARALLEL = 3
 # Free text may not open like a call, so "auto" output is unambiguous.
@@ -89,7 +88,7 @@ def tool_grammar(tools: Sequence[Mapping[str, Any]], mode: str, parallel: bool) 
     schema = {"type": "array", "items": one, "minItems": 1, "maxItems": MAX_PARALLEL} if parallel else one
     from llama_cpp.llama_grammar import json_schema_to_gbnf  # the testbed extra; not needed to serve
 
-    grammar = json_schema_to_gbnf(json.dumps(schema))
+    grammar: str = json_schema_to_gbnf(json.dumps(schema))
     if mode == "required":
         return grammar
     renamed = re.sub(r"^root ::=", "tool-call ::=", grammar, count=1, flags=re.MULTILINE)
@@ -149,7 +148,8 @@ def _text(content: object) -> str:
     if isinstance(content, str):
         return content
     # A list of content parts: keep the text ones.
-    return "".join(p.get("text", "") for p in content if isinstance(p, Mapping))  # type: ignore[union-attr]
+    parts = cast(Iterable[object], content)
+    return "".join(p.get("text", "") for p in parts if isinstance(p, Mapping))
 
 
 def _parameters(tool: Mapping[str, Any]) -> Mapping[str, Any]:

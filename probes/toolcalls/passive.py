@@ -22,7 +22,7 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from probes.settings import ToolMonitorSettings
 from probes.stats.cusum import BernoulliCusum
@@ -33,12 +33,32 @@ from probes.toolcalls.validator import ResponseReport
 if TYPE_CHECKING:
     from gateway.catalog import Endpoint
     from gateway.health_states import HealthStates
-    from gateway.pipeline.context import RequestContext
     from probes.settings import HealthSettings
 
 log = logging.getLogger("probes.toolcalls")
 
 SOURCE = "tool_monitor"  # the probe run's trigger
+
+
+class TracedRequest(Protocol):
+    """What the monitor reads of a request (`gateway.pipeline.context.RequestContext`), and its trace."""
+
+    tool_trace: Any
+
+    @property
+    def op(self) -> str: ...
+
+    @property
+    def body(self) -> dict[str, Any]: ...
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def endpoint_id(self) -> str | None: ...
+
+    @property
+    def key_name(self) -> str | None: ...
 ANONYMOUS = ""  # the key of requests without one (open access): all of them are one client
 MAX_KEYS = 1024  # distinct keys remembered per endpoint and cycle (min_keys is what counts)
 
@@ -86,21 +106,21 @@ class ToolCallMonitor:
     # A `gateway.pipeline.observe.RequestObserver`, a peer of the others.
     events = ("request_started", "finished")
 
-    def request_started(self, ctx: RequestContext) -> None:
+    def request_started(self, ctx: TracedRequest) -> None:
         """Once per request, before its first attempt: a trace only when the request carries tools."""
         if ctx.op == "chat" and ctx.body.get("tools"):
             ctx.tool_trace = ToolTrace()
 
-    def attempt_started(self, ctx: RequestContext, endpoint: Endpoint, now: float) -> None:
+    def attempt_started(self, ctx: TracedRequest, endpoint: Endpoint, now: float) -> None:
         return None
 
-    def attempt_committed(self, ctx: RequestContext, endpoint: Endpoint, now: float) -> None:
+    def attempt_committed(self, ctx: TracedRequest, endpoint: Endpoint, now: float) -> None:
         return None
 
-    def attempt_failed(self, ctx: RequestContext, endpoint: Endpoint, now: float, error: BaseException) -> None:
+    def attempt_failed(self, ctx: TracedRequest, endpoint: Endpoint, now: float, error: BaseException) -> None:
         return None
 
-    def finished(self, ctx: RequestContext, record: object = None) -> None:
+    def finished(self, ctx: TracedRequest, record: object = None) -> None:
         """The request is over: check the completed response in the background, if traced."""
         trace = ctx.tool_trace
         if trace is None:

@@ -22,12 +22,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import re2
-from jsonschema import Draft4Validator, Draft6Validator, Draft7Validator, Draft201909Validator, Draft202012Validator
-from jsonschema import validators
+from jsonschema import (
+    Draft4Validator,
+    Draft6Validator,
+    Draft7Validator,
+    Draft201909Validator,
+    Draft202012Validator,
+    validators,
+)
 from jsonschema.exceptions import SchemaError, ValidationError
 from jsonschema.protocols import Validator
 from referencing import Registry
@@ -97,7 +103,7 @@ def compile_schema(schema: Any, limits: SchemaLimits, *, client: bool, key: byte
             _satisfiable(schema)
         draft = _draft(schema)
         draft.check_schema(schema)
-        return Compiled(_with_re2(draft, patterns)(schema, registry=Registry(retrieve=_refuse)))
+        return Compiled(_with_re2(draft, patterns)(schema, registry=Registry(retrieve=_refuse)))  # type: ignore[call-arg]  # an attrs alias mypy misses
     except Unchecked as exc:
         return Compiled(unchecked=str(exc))
     except (SchemaError, ValueError, TypeError, LookupError, RecursionError) as exc:
@@ -105,17 +111,17 @@ def compile_schema(schema: Any, limits: SchemaLimits, *, client: bool, key: byte
 
 
 def _refuse(uri: str) -> Any:
-    raise NoSuchResource(ref=uri)  # nothing outside the schema is ever fetched
+    raise NoSuchResource(ref=uri)  # type: ignore[call-arg]  # (attrs alias) nothing outside the schema is ever fetched
 
 
 def _draft(schema: Any) -> type[Validator]:
     declared = schema.get("$schema") if isinstance(schema, dict) else None
     if declared is None:
-        return Draft7Validator
+        return cast("type[Validator]", Draft7Validator)
     draft = KNOWN_SCHEMAS.get(str(declared).rstrip("#"))
     if draft is None:
         raise Unchecked("unknown $schema")
-    return draft  # type: ignore[return-value]
+    return cast("type[Validator]", draft)
 
 
 def _within_depth(value: Any, levels: int) -> None:
@@ -305,7 +311,8 @@ def _never_here(schema: dict[str, Any], root: Any, seen: set[int], memo: dict[in
         lo, hi = schema.get(low), schema.get(high)
         if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo > hi:
             return True
-    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    raw_props = schema.get("properties")
+    props = raw_props if isinstance(raw_props, dict) else {}
     for name in schema.get("required") or ():
         if name in props:
             if _never(props[name], root, seen, memo):

@@ -22,6 +22,7 @@ from probes.settings import ToolCallSettings
 from probes.toolcalls.cases import Case, ExpectedCall
 from probes.toolcalls.validator import SchemaCache, ToolSpec, classify_response
 
+
 @dataclass(frozen=True, slots=True)
 class CaseOutcome:
     case_id: str

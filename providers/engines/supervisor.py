@@ -23,7 +23,6 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from gateway.config import EngineConfig
 from providers.engines.commands import (
     ENGINE_KINDS,
     EngineKind,
@@ -31,6 +30,7 @@ from providers.engines.commands import (
     engine_environment,
     missing_requirement,
 )
+from providers.engines.config import EngineConfig
 from providers.engines.errors import EngineStartError
 from providers.engines.load import EngineLoad
 from providers.engines.models import resolve_model

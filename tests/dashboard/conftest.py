@@ -23,9 +23,10 @@ from sqlalchemy import insert
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.app import create_app
-from gateway.config import DatabaseConfig, load_config
+from gateway.config import load_config
 from gateway.persistence import migrate
 from gateway.persistence import probes as probe_repo
+from gateway.persistence.config import DatabaseConfig
 from gateway.persistence.engine import make_engine
 from gateway.persistence.models import request_log
 from gateway.persistence.probes import ProbeResult

@@ -16,8 +16,8 @@ from gateway import admin_sessions
 from gateway.admin_sessions import SessionStore, admit, csrf_ok
 from gateway.app import create_app
 from gateway.config import load_config
-from gateway.errors import AuthenticationFailed, ConfigError, PermissionDenied
 from gateway.http import dashboard
+from kernel.errors import AuthenticationFailed, ConfigError, PermissionDenied
 from providers.http_mock import MockHTTPClient, MockResponse
 
 ADMIN_KEY = "sk-admin-session-0001"

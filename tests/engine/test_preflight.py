@@ -6,8 +6,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from gateway.config import EngineConfig, Settings, load_config
+from gateway.config import Settings, load_config
 from providers.engines.commands import ENGINE_KINDS
+from providers.engines.config import EngineConfig
 from providers.engines.preflight import engine_problem, startup_problem
 
 

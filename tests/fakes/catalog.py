@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.catalog import Catalog, Endpoint
-from gateway.config import Capabilities, DeploymentConfig, Price
+from kernel.deployment import Capabilities, DeploymentConfig, Price
 from providers.base import Adapter, Target
 from providers.openai_compat import OpenAICompatAdapter
 

@@ -116,10 +116,6 @@ class Behaviour:
         return cls("invalid-json")
 
     @classmethod
-    def reset(cls) -> Behaviour:
-        return cls("reset")
-
-    @classmethod
     def parse(cls, spec: str) -> Behaviour:
         """``"status:429;retry-after=1"``, ``"slow:1.5"``, ``"cut:2"``, ``"reset"``..."""
         head, *pairs = spec.split(";")

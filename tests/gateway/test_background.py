@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.background import Heartbeat, LoopHealth, run_forever
+from kernel.tasks import Heartbeat, LoopHealth, run_forever
 from tests.fakes.clock import FakeClock
 
 

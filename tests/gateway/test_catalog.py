@@ -6,7 +6,7 @@ import pytest
 
 from gateway.catalog import Catalog, endpoints_from_settings
 from gateway.config import load_config
-from gateway.errors import ModelNotFound
+from kernel.errors import ModelNotFound
 from providers.llamacpp import LlamaCppAdapter
 from tests.fakes.catalog import make_endpoint
 

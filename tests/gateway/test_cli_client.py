@@ -10,7 +10,7 @@ import pytest
 
 from gateway.cli.client import client_settings
 from gateway.cli.gwctl import build_parser, main
-from gateway.errors import ConfigError
+from kernel.errors import ConfigError
 
 
 def args(*argv: str) -> argparse.Namespace:

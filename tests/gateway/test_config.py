@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gateway.config import GatewayKey, Settings, key_digest, load_config
-from gateway.errors import ConfigError
+from gateway.config import Settings, load_config
+from gateway.pipeline.settings import GatewayKey, key_digest
+from kernel.errors import ConfigError
 
 PROVIDER_SECRET = "sk-provider-secret-value-1"
 GATEWAY_SECRET = "sk-gateway-secret-value-2"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from gateway.config import EngineConfig
 from gateway.engines import engine_endpoints
 from gateway.routing.affinity import profile_for
-from gateway.routing.settings import DeploymentRouting
+from kernel.deployment import DeploymentRouting
 from providers.engines import Replica
+from providers.engines.config import EngineConfig
 from providers.engines.load import EngineLoad
 
 

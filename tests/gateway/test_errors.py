@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.errors import (
+from kernel.errors import (
     AllAttemptsFailed,
     AuthenticationFailed,
     GatewayError,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.health_states import EndpointHealth, HealthStates, Transition, order_key
+from gateway.health_states import HealthStates
+from kernel.health import EndpointHealth, Transition, order_key
 
 
 def test_unknown_endpoints_are_healthy() -> None:

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from gateway.config import Settings, load_config
-from gateway.errors import ConfigError
 from gateway.pipeline.auth import open_bind_problem
+from kernel.errors import ConfigError
 
 MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "gateway.yaml"
 # The oldest Kubernetes still in common support, and the newest the package knows.

@@ -12,9 +12,10 @@ import pytest
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
-from gateway.config import DatabaseConfig, load_config
+from gateway.config import load_config
+from gateway.persistence.config import DatabaseConfig
 from gateway.persistence.stores import ProcessStore
-from gateway.redact import RedactingFilter, mask_urls
+from kernel.redact import RedactingFilter, mask_urls
 from providers.http_mock import MockHTTPClient, MockResponse
 
 SECRET = "s3cret-pw-4417"

@@ -10,7 +10,13 @@ from gateway.state_store.memory import MemoryStore
 from gateway.state_store.redis import RedisStore
 from probes.evidence import EVIDENCE_TTL_SECONDS, EvidenceState, EvidenceStore
 from tests.fakes.clock import FakeClock
-from tests.gateway.state_store.redis_helpers import REDIS_URL, delete_prefix, keys_with_ttl, redis_available, unique_prefix
+from tests.gateway.state_store.redis_helpers import (
+    REDIS_URL,
+    delete_prefix,
+    keys_with_ttl,
+    redis_available,
+    unique_prefix,
+)
 from tests.services import require
 
 STATE = EvidenceState(cusum={"logprob_drift": 10.5, "fidelity": 0.25}, clean_rounds=2, suspects=("logprob_drift",),

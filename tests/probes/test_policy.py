@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from gateway.health_states import EndpointHealth, HealthState
+from kernel.health import EndpointHealth, HealthState
 from probes.base import Effect, ProbeResult, Verdict
 from probes.evidence import EvidenceState
 from probes.policy import Decision, cusum_step, decide, score_for

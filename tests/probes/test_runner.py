@@ -7,14 +7,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pytest
 
 from gateway.catalog import Endpoint
-from gateway.health_states import HealthStates, Transition
+from gateway.health_states import HealthStates
 from gateway.state_store.memory import MemoryStore
+from kernel.health import Transition
 from probes.base import Effect, ProbeContext, ProbeResult, Verdict
 from probes.baselines import MemoryBaselines
 from probes.budget import BudgetExhausted
@@ -69,19 +70,22 @@ class Script:
         return Fake
 
 
-class FakeDB:
+class FakeRuns:
+    """A `ProbeRunStore` that records each call (name, positional args, keyword args)."""
+
     def __init__(self) -> None:
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
-
-    async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        self.calls.append((fn.__name__, args, kwargs))
-        return 41 + sum(1 for c in self.calls if c[0] == "start_run") if fn.__name__ == "start_run" else None
-
-
-class FakePersistence:
-    def __init__(self) -> None:
-        self.db = FakeDB()
         self.transitions: list[Transition] = []
+
+    async def start_run(self, *args: Any, **kwargs: Any) -> int:
+        self.calls.append(("start_run", args, kwargs))
+        return 41 + sum(1 for c in self.calls if c[0] == "start_run")
+
+    async def add_results(self, *args: Any, **kwargs: Any) -> None:
+        self.calls.append(("add_results", args, kwargs))
+
+    async def finish_run(self, *args: Any, **kwargs: Any) -> None:
+        self.calls.append(("finish_run", args, kwargs))
 
     async def record_transition(self, t: Transition, **kwargs: Any) -> bool:
         self.transitions.append(t)
@@ -137,7 +141,7 @@ async def test_a_clean_round_streams_events_and_changes_nothing() -> None:
 
 async def test_a_failing_audit_is_confirmed_and_demotes() -> None:
     script = Script({"logprob_drift": ["fail"], "distribution": ["fail"]})
-    persistence = FakePersistence()
+    persistence = FakeRuns()
     runner, health, _ = make_runner(script, persistence=persistence)
     events: list[dict[str, Any]] = []
     report = await runner.run(A.id, ["logprob_drift"], trigger="manual", emit=events.append)
@@ -149,10 +153,10 @@ async def test_a_failing_audit_is_confirmed_and_demotes() -> None:
     assert health.state(A.id) == "demoted" and health.get(A.id).score == 0.0 and report.degraded
     assert persistence.transitions[1].evidence is not None and persistence.transitions[1].evidence["run_id"] == 43
     assert [e["to"] for e in events if e["event"] == "transition"] == ["suspect", "demoted"]
-    stored = [c[0] for c in persistence.db.calls]
+    stored = [c[0] for c in persistence.calls]
     assert stored == ["start_run", "add_results", "finish_run", "start_run", "add_results", "finish_run"]
-    assert persistence.db.calls[0][2]["trigger"] == "manual"
-    assert persistence.db.calls[2][1][1] == "fail"  # the first round's verdict
+    assert persistence.calls[0][2]["trigger"] == "manual"
+    assert persistence.calls[2][1][1] == "fail"  # the first round's verdict
 
 
 async def test_a_passing_confirmation_restores_healthy() -> None:

@@ -135,7 +135,7 @@ def test_the_gateway_lifespan_starts_and_stops_the_scheduler(tmp_path: Any) -> N
 
 
 async def test_the_worker_runs_scheduled_probes_until_stopped(tmp_path: Any) -> None:
-    from probes.worker import run_worker
+    from gateway.worker import run_worker
     from providers.http_mock import MockHTTPClient
     from tests.gateway.persistence.app_helpers import answer, settings
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import ProviderRateLimited, ProviderRejected, ProviderServerError, ProviderStreamError
+from kernel.errors import ProviderRateLimited, ProviderRejected, ProviderServerError, ProviderStreamError
 from providers.anthropic import API_VERSION, DEFAULT_MAX_TOKENS, AnthropicAdapter
 from providers.base import Target
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.errors import ProviderConnectError, ProviderStreamError
+from kernel.errors import ProviderConnectError, ProviderStreamError
 from providers.base import UpstreamRequest
 from providers.http import Timeouts
 from providers.http_mock import MockHTTPClient, MockResponse

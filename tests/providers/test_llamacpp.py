@@ -9,16 +9,20 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.config import BreakerConfig, Capabilities, EngineConfig, RetryConfig
 from gateway.engines import engine_endpoints
-from gateway.errors import AllAttemptsFailed, ProviderConnectError, ProviderServerError, Unavailable
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.dispatch import Completed, Dispatcher, Streaming
+from gateway.pipeline.dispatch import Dispatcher
+from gateway.pipeline.outcome import Completed, Streaming
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.breaker_feedback import BreakerFeedback
 from gateway.routing.order import Ordering
-from providers.base import Target, UpstreamRequest, Usage
+from gateway.routing.settings import BreakerConfig, RetryConfig
+from kernel.deployment import Capabilities
+from kernel.errors import AllAttemptsFailed, ProviderConnectError, ProviderServerError, Unavailable
+from kernel.values import Usage
+from providers.base import Target, UpstreamRequest
 from providers.engines import Replica
+from providers.engines.config import EngineConfig
 from providers.http import Timeouts
 from providers.http_mock import MockHTTPClient, MockResponse
 from providers.llamacpp import LlamaCppAdapter

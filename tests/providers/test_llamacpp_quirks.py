@@ -17,11 +17,11 @@ import httpx
 import orjson
 import pytest
 
-from gateway.config import EngineConfig
 from gateway.engines import engine_adapter
 from providers.base import Target
 from providers.engines import ENGINE_KINDS, EngineSupervisor
 from providers.engines.commands import engine_environment, missing_requirement
+from providers.engines.config import EngineConfig
 
 pytestmark = [
     pytest.mark.engine,

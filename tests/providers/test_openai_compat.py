@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
 
 import orjson
 import pytest
 
-from gateway.errors import (
+from kernel.errors import (
     ProviderAuthError,
     ProviderRateLimited,
     ProviderRejected,
@@ -18,7 +18,8 @@ from gateway.errors import (
     ProviderStreamError,
     ProviderTimeout,
 )
-from providers.base import Target, Usage
+from kernel.values import Usage
+from providers.base import Target
 from providers.openai_compat import OpenAICompatAdapter, map_http_error, retry_after_seconds
 
 TARGET = Target(
@@ -262,7 +263,7 @@ def test_429(headers: dict[str, str], expected: float | None) -> None:
 
 
 def test_429_with_http_date() -> None:
-    when = datetime.now(timezone.utc) + timedelta(seconds=30)
+    when = datetime.now(UTC) + timedelta(seconds=30)
     e = err(429, {"retry-after": format_datetime(when, usegmt=True)})
     assert e.retry_after is not None and 28 <= e.retry_after <= 31
 
@@ -311,10 +312,10 @@ def test_retry_after_seconds(headers: dict[str, str], expected: float | None) ->
 
 
 def test_a_retry_after_date_without_a_zone_is_read_as_utc() -> None:
+    from datetime import datetime, timedelta
     from email.utils import format_datetime
-    from datetime import datetime, timedelta, timezone
 
-    when = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=120), usegmt=True).replace("GMT", "-0000")
+    when = format_datetime(datetime.now(UTC) + timedelta(seconds=120), usegmt=True).replace("GMT", "-0000")
     waited = retry_after_seconds({"retry-after": when})
     assert waited is not None and 100 < waited <= 121
 

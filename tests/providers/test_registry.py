@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.errors import ConfigError
+from kernel.errors import ConfigError
 from providers.anthropic import AnthropicAdapter
 from providers.llamacpp import LlamaCppAdapter
 from providers.openai_compat import OpenAICompatAdapter

@@ -14,9 +14,9 @@ import orjson
 import pytest
 
 from gateway.app import create_app, drain_timeout
-from gateway.background import Deadline, Drain
 from gateway.cli.serve import GatewayServer, close_when_draining, server_config
 from gateway.config import load_config
+from kernel.tasks import Deadline, Drain
 from providers.base import UpstreamRequest
 from providers.http_mock import MockHTTPClient, MockResponse
 

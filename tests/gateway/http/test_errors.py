@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from gateway.errors import AllAttemptsFailed, InvalidRequest, ProviderTimeout
 from gateway.http.errors import error_body, error_event, error_response
+from kernel.errors import AllAttemptsFailed, InvalidRequest, ProviderTimeout
 
 
 def test_error_body() -> None:

@@ -9,9 +9,9 @@ import orjson
 from starlette.requests import Request
 
 from gateway.app import build_state
-from gateway.background import LoopHealth
 from gateway.config import load_config
 from gateway.http.health import readyz
+from kernel.tasks import LoopHealth
 from providers.http_mock import MockHTTPClient, MockResponse
 from tests.fakes.clock import FakeClock
 

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, delete
 
-from gateway.config import DatabaseConfig
 from gateway.persistence import migrate
+from gateway.persistence.config import DatabaseConfig
 from gateway.persistence.engine import make_engine
 from gateway.persistence.models import metadata
 from tests.services import require

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.pipeline.account import RequestRecord
+from kernel.records import RequestRecord
 
 
 def record(

@@ -15,11 +15,11 @@ from sqlalchemy import Engine, func, select
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
-from gateway.errors import ProviderStreamError
 from gateway.persistence import keys
 from gateway.persistence.models import config_history, deployments, request_log, spend_daily
 from gateway.persistence.requests import write_batch
 from gateway.state import AppState
+from kernel.errors import ProviderStreamError
 from providers.base import UpstreamRequest
 from providers.http_mock import MockHTTPClient
 from tests.gateway.persistence.app_helpers import CHAT, COST, USER, answer, settings
@@ -184,7 +184,7 @@ def test_deep_bodies_are_a_400_that_is_recorded_and_later_records_still_land(eng
 def test_upstream_error_text_stays_out_of_client_answers_and_goes_to_the_record(
     engine: Engine, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from gateway.errors import ProviderConnectError
+    from kernel.errors import ProviderConnectError
     from providers.http_mock import MockResponse
 
     leak_401 = b'{"error": {"message": "Incorrect API key provided: sk-proj-****Xy9Z. You can find your key..."}}'

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, func, select
 
-from gateway.persistence.baselines import clear_baselines, get_baseline, put_baseline
+from gateway.persistence.baselines import SqlBaselines, clear_baselines, get_baseline, put_baseline
 from gateway.persistence.engine import Database
 from gateway.persistence.models import probe_baselines
-from probes.baselines import SqlBaselines
 
 
 def test_put_get_replace(engine: Engine) -> None:

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from gateway.cli.gwctl import main
-from gateway.config import DatabaseConfig
 from gateway.persistence import keys
+from gateway.persistence.config import DatabaseConfig
 from gateway.persistence.engine import make_engine
 from tests.gateway.persistence.conftest import PgDatabases
 

@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from gateway.config import DatabaseConfig
 from gateway.persistence import migrate
+from gateway.persistence.config import DatabaseConfig
 from gateway.persistence.engine import make_engine, postgres_connect_args
 
 

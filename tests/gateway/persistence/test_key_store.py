@@ -14,12 +14,13 @@ import pytest
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
-from gateway.config import AuthConfig, DatabaseConfig
 from gateway.health_states import HealthStates
 from gateway.persistence import keys, migrate
+from gateway.persistence.config import DatabaseConfig
 from gateway.persistence.engine import make_engine
 from gateway.persistence.refresher import Refresher
 from gateway.pipeline.auth import Authenticator
+from gateway.pipeline.settings import AuthConfig
 from providers.http_mock import MockHTTPClient
 from tests.gateway.persistence.app_helpers import CHAT, CONFIG_KEY, USER, answer, settings
 from tests.gateway.persistence.conftest import PgDatabases

@@ -8,11 +8,11 @@ import pytest
 from pydantic import SecretStr
 from sqlalchemy import Engine, select
 
-from gateway.config import AuthConfig, GatewayKey
-from gateway.errors import AuthenticationFailed, PermissionDenied
 from gateway.persistence import keys
 from gateway.persistence.models import gateway_keys
 from gateway.pipeline.auth import Authenticator
+from gateway.pipeline.settings import AuthConfig, GatewayKey
+from kernel.errors import AuthenticationFailed, PermissionDenied
 
 
 def bearer(secret: str) -> str:

@@ -13,8 +13,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, inspect
 
-from gateway.config import DatabaseConfig
 from gateway.persistence import migrate
+from gateway.persistence.config import DatabaseConfig
 from gateway.persistence.engine import make_engine
 from gateway.persistence.models import metadata
 from gateway.persistence.schema import SCHEMA_HEAD

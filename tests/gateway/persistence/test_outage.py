@@ -15,8 +15,8 @@ from sqlalchemy import select
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
-from gateway.config import DatabaseConfig
 from gateway.persistence import migrate
+from gateway.persistence.config import DatabaseConfig
 from gateway.persistence.engine import make_engine
 from gateway.persistence.models import request_log, spend_daily
 from gateway.state import AppState

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, func, select
 
-from gateway.config import RetentionConfig
-from gateway.health_states import Transition
 from gateway.persistence import probes
+from gateway.persistence.config import RetentionConfig
 from gateway.persistence.health import record_transition
 from gateway.persistence.models import (
     health_transitions,
@@ -18,6 +17,7 @@ from gateway.persistence.models import (
 )
 from gateway.persistence.requests import write_batch
 from gateway.persistence.retention import enforce
+from kernel.health import Transition
 from tests.gateway.persistence.factories import record
 
 DAY = 86400.0

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from gateway.background import LoopHealth
 from gateway.catalog import Catalog
 from gateway.config import load_config
 from gateway.persistence.runtime import DATABASE_OUTAGES, Persistence
+from kernel.tasks import LoopHealth
 
 
 class Stalled:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, select
 
-from gateway.config import DatabaseConfig
+from gateway.persistence.config import DatabaseConfig
 from gateway.persistence.models import request_log
 from gateway.persistence.spill import SpillFile
 from gateway.persistence.stores import ProcessStore, StoreError

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import PersistenceConfig
+from gateway.persistence.config import PersistenceConfig
 from gateway.persistence.records import Stamped, encode_line, encode_row
 from gateway.persistence.spill import SpillFile
 from gateway.persistence.stores import ThreadStore

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config import Price
-from gateway.pipeline.account import Accountant, RequestRecord, cost_usd
+from gateway.pipeline.account import Accountant, cost_usd
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.observe import RecordObserver
-from providers.base import MAX_USAGE_TOKENS, Usage
+from kernel.deployment import Price
+from kernel.records import RequestRecord
+from kernel.values import MAX_USAGE_TOKENS, Usage
 
 PRICE = Price(input=2.0, cached_input=0.5, output=8.0)  # USD per 1M tokens
 

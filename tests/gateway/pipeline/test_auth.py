@@ -6,9 +6,10 @@ import hashlib
 
 import pytest
 
-from gateway.config import AuthConfig, GatewayKey, load_config
-from gateway.errors import AuthenticationFailed, KeyStoreUnavailable, PermissionDenied
+from gateway.config import load_config
 from gateway.pipeline.auth import Authenticator, open_bind_problem, open_by_config
+from gateway.pipeline.settings import AuthConfig, GatewayKey
+from kernel.errors import AuthenticationFailed, KeyStoreUnavailable, PermissionDenied
 
 KEY = "sk-team-a-key-0001"
 HASHED = "sk-team-b-key-0002"

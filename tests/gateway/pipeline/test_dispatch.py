@@ -10,8 +10,14 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.config import BreakerConfig, RetryConfig
-from gateway.errors import (
+from gateway.pipeline.context import RequestContext
+from gateway.pipeline.dispatch import Dispatcher
+from gateway.pipeline.outcome import Completed, Streaming
+from gateway.routing.breaker import CircuitBreaker
+from gateway.routing.breaker_feedback import BreakerFeedback
+from gateway.routing.order import Ordering
+from gateway.routing.settings import BreakerConfig, RetryConfig
+from kernel.errors import (
     AllAttemptsFailed,
     ProviderConnectError,
     ProviderRejected,
@@ -19,11 +25,6 @@ from gateway.errors import (
     ProviderTimeout,
     Unavailable,
 )
-from gateway.pipeline.context import RequestContext
-from gateway.pipeline.dispatch import Completed, Dispatcher, Streaming
-from gateway.routing.breaker import CircuitBreaker
-from gateway.routing.breaker_feedback import BreakerFeedback
-from gateway.routing.order import Ordering
 from providers.base import UpstreamRequest
 from providers.http import Timeouts
 from providers.http_mock import MockHTTPClient, MockResponse

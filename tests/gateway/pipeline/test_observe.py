@@ -13,17 +13,19 @@ from starlette.testclient import TestClient
 
 from gateway.app import create_app
 from gateway.catalog import Endpoint
-from gateway.config import BreakerConfig
-from gateway.errors import ProviderRejected, ProviderServerError, ProviderStreamError
 from gateway.http import openai_routes
-from gateway.pipeline.account import Accountant, RequestRecord
+from gateway.pipeline.account import Accountant
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.dispatch import Dispatcher, Streaming
+from gateway.pipeline.dispatch import Dispatcher
 from gateway.pipeline.observe import Observers, RequestObserver
+from gateway.pipeline.outcome import Streaming
 from gateway.pipeline.stream import relay
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.breaker_feedback import BreakerFeedback
 from gateway.routing.order import Ordering
+from gateway.routing.settings import BreakerConfig
+from kernel.errors import ProviderRejected, ProviderServerError, ProviderStreamError
+from kernel.records import RequestRecord
 from providers.base import UpstreamRequest
 from providers.http_mock import MockHTTPClient, MockResponse
 from tests.fakes.clock import FakeClock

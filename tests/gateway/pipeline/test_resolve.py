@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import ModelNotFound, UnsupportedParameter
 from gateway.pipeline.resolve import resolve
+from kernel.errors import ModelNotFound, UnsupportedParameter
 from tests.fakes.catalog import make_catalog, make_endpoint
 
 TOOLS = [{"type": "function", "function": {"name": "f"}}]

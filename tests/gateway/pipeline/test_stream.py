@@ -7,12 +7,13 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
-from gateway.errors import GatewayError, ProviderError, ProviderStreamError, ProviderTimeout
 from gateway.http.errors import error_event
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.dispatch import Streaming
+from gateway.pipeline.outcome import Streaming
 from gateway.pipeline.stream import DONE, relay
-from providers.base import ParsedChunk, Usage
+from kernel.errors import GatewayError, ProviderError, ProviderStreamError, ProviderTimeout
+from kernel.values import Usage
+from providers.base import ParsedChunk
 from providers.http_mock import MockResponse
 from tests.fakes.catalog import make_endpoint
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import InvalidRequest
 from gateway.pipeline.validate import parse_json, validate
+from kernel.errors import InvalidRequest
 
 DROP = object()
 USER = {"role": "user", "content": "hi"}

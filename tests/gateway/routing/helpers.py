@@ -6,10 +6,10 @@ from dataclasses import replace
 from typing import Any
 
 from gateway.catalog import Endpoint
-from gateway.config import Capabilities, Price
 from gateway.routing.features import RequestFeatures, blocks_of, extract
 from gateway.routing.preferences import parse
-from gateway.routing.settings import DeploymentRouting, KeyPolicy, RoutingConfig
+from gateway.routing.settings import KeyPolicy, RoutingConfig
+from kernel.deployment import Capabilities, DeploymentRouting, Price
 from tests.fakes.catalog import make_endpoint
 
 CFG = RoutingConfig()

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from gateway.config import RetryConfig
 from gateway.routing.backoff import retry_delay
+from gateway.routing.settings import RetryConfig
 
 CFG = RetryConfig(backoff_base=0.1, backoff_max=2.0, max_retry_after=5.0)
 

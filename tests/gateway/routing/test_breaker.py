@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config import BreakerConfig
 from gateway.routing.breaker import CircuitBreaker
+from gateway.routing.settings import BreakerConfig
 
 CFG = BreakerConfig(window_seconds=60, min_requests=4, failure_rate=0.5, open_seconds=30, half_open_probes=1)
 EP = "a/m"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from providers.base import Usage
+from kernel.values import Usage
 
 
 @pytest.mark.parametrize(

@@ -8,12 +8,14 @@ from typing import Any
 
 import pytest
 
-from gateway.health_states import STORE_SINK, EndpointHealth, HealthStates
+from gateway.health_states import STORE_SINK, HealthStates
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.health_feed import HealthFeed, decode, encode
-from gateway.routing.settings import RoutingConfig, StateStoreConfig
+from gateway.routing.settings import RoutingConfig
 from gateway.routing.shared import SharedState
+from gateway.state_store.config import StateStoreConfig
 from gateway.state_store.memory import MemoryStore
+from kernel.health import EndpointHealth
 from tests.fakes.clock import FakeClock
 from tests.gateway.routing.test_shared import BREAKER, CATALOG, FlakyStore
 

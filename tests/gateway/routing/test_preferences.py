@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import InvalidRequest
 from gateway.pipeline.validate import validate
 from gateway.routing.preferences import NO_PREFERENCES, check_names, parse
+from kernel.errors import InvalidRequest
 
 
 def test_absent_is_no_preferences() -> None:

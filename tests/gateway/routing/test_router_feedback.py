@@ -5,13 +5,14 @@ from __future__ import annotations
 import random
 
 from gateway.catalog import Catalog
-from gateway.config import BreakerConfig, Settings
+from gateway.config import Settings
 from gateway.pipeline.context import RequestContext
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.router import Router
+from gateway.routing.settings import BreakerConfig
 from gateway.routing.shared import SharedState
 from gateway.state_store.memory import MemoryStore
-from providers.base import Usage
+from kernel.values import Usage
 from tests.gateway.routing.helpers import local
 
 

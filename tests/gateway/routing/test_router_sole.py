@@ -7,14 +7,15 @@ import random
 import pytest
 
 from gateway.catalog import Catalog, Endpoint
-from gateway.config import BreakerConfig, Settings
-from gateway.errors import InvalidRequest
+from gateway.config import Settings
 from gateway.pipeline.context import RequestContext
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.router import Router
+from gateway.routing.settings import BreakerConfig
 from gateway.routing.shared import SharedState
 from gateway.state_store.memory import MemoryStore
-from providers.base import Usage
+from kernel.errors import InvalidRequest
+from kernel.values import Usage
 from tests.gateway.routing.helpers import endpoint, local
 
 LONG = {"role": "system", "content": "You are terse. " * 200}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.config import load_config
-from gateway.errors import ConfigError
+from kernel.errors import ConfigError
 
 
 def test_defaults() -> None:

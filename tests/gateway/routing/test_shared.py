@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from gateway.catalog import Catalog
-from gateway.config import BreakerConfig
-from gateway.errors import RateLimited
 from gateway.routing.affinity import CacheProfile
 from gateway.routing.breaker import CircuitBreaker
-from gateway.routing.settings import KeyPolicy, RoutingConfig, StateStoreConfig
+from gateway.routing.settings import BreakerConfig, KeyPolicy, RoutingConfig
 from gateway.routing.shared import SharedState
 from gateway.state_store.base import StoreRejected, StoreUnavailable
+from gateway.state_store.config import StateStoreConfig
 from gateway.state_store.memory import MemoryStore
+from kernel.errors import RateLimited
 from tests.fakes.clock import FakeClock
 from tests.gateway.routing.helpers import endpoint, features, local
 

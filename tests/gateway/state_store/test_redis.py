@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from gateway.catalog import Catalog
-from gateway.config import BreakerConfig
 from gateway.routing.breaker import CircuitBreaker
-from gateway.routing.settings import RoutingConfig, StateStoreConfig
+from gateway.routing.settings import BreakerConfig, RoutingConfig
 from gateway.routing.shared import SharedState
 from gateway.state_store.base import StoreRejected
+from gateway.state_store.config import StateStoreConfig
 from gateway.state_store.redis import RedisStore
 from tests.gateway.routing.helpers import endpoint
 from tests.gateway.state_store.redis_helpers import REDIS_URL, delete_prefix, redis_available, unique_prefix

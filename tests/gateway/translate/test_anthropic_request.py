@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.errors import InvalidRequest, UnsupportedParameter
 from gateway.translate.anthropic_request import to_chat
+from kernel.errors import InvalidRequest, UnsupportedParameter
 
 TOOL = {"name": "get_weather", "description": "Weather for a city", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
 

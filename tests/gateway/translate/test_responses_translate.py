@@ -8,10 +8,10 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.errors import InvalidRequest
 from gateway.translate.responses_output import assistant_message, response_from_chat
 from gateway.translate.responses_request import translate, validate_envelope
 from gateway.translate.responses_stream import ResponseStream
+from kernel.errors import InvalidRequest
 
 
 def events(blob: bytes) -> list[dict[str, Any]]:

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from probes.agent.fake_sandbox import FakeSandbox
-from probes.agent.probe import AgentProbe, compare, summarise
 from probes.agent.loop import AgentRun
+from probes.agent.probe import AgentProbe, compare, summarise
 from probes.agent.tasks import tasks_named
 from probes.base import ProbeContext
 from probes.baselines import MemoryBaselines

@@ -17,15 +17,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.config import EngineConfig
-from probes.agent.loop import LoopConfig, run_agent
+from probes.agent.loop import SYSTEM, LoopConfig, run_agent
 from probes.agent.sandbox import SubprocessSandbox
-from probes.agent.loop import SYSTEM
 from probes.agent.tasks import tasks_named
 from probes.agent.tools import TOOLS
 from probes.budget import ProbeBudget
 from probes.client import ProbeClient
 from providers.engines.commands import llamacpp_command
+from providers.engines.config import EngineConfig
 from providers.engines.models import resolve_model
 from providers.http import AiohttpClient, Timeouts
 from providers.llamacpp import LlamaCppAdapter

@@ -6,9 +6,9 @@ import pytest
 from gateway.routing.tokens import TokenCounter
 from probes.base import ProbeContext
 from probes.baselines import MemoryBaselines
-from probes.settings import ProbeSettings
 from probes.sentinels.probe import SentinelsProbe
 from probes.sentinels.settings import LoopSettings, SentinelSettings
+from probes.settings import ProbeSettings
 from tests.fakes.catalog import make_endpoint
 from tests.fakes.clock import FakeClock
 from tests.probes.fakes import FakeProbeClient, unavailable

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from gateway.cli.gwctl import main as gwctl
-from gateway.cli.testbed import READY_COMMENT
 from gateway.config import load_config
+from probes.testbed.cli import READY_COMMENT
 from probes.testbed.harness import EndpointSpec, Testbed, TestbedError
 
 pytestmark = pytest.mark.engine

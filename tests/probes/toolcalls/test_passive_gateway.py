@@ -24,8 +24,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
-from gateway.config import DatabaseConfig, Settings, load_config
+from gateway.config import Settings, load_config
 from gateway.persistence import migrate
+from gateway.persistence.config import DatabaseConfig
 from gateway.persistence.engine import make_engine
 from probes.testbed.endpoints import EndpointSpec
 from providers.base import UpstreamRequest

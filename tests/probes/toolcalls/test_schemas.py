@@ -79,7 +79,7 @@ def hostile_refs(port: int, canary: Path) -> list[dict[str, Any]]:
         {"allOf": [{"$ref": f"file://{canary}"}]},
         obj(city={"$ref": "file:///dev/zero"}),
         {"$ref": f"https://127.0.0.1:{port}/x"},
-        obj(a={"anyOf": [{"type": "string"}, {"$ref": "//127.0.0.1:%d/y" % port}]}),
+        obj(a={"anyOf": [{"type": "string"}, {"$ref": f"//127.0.0.1:{port}/y"}]}),
     ]
 
 

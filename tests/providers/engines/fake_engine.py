@@ -16,7 +16,6 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-
 METRICS = b"llamacpp:requests_processing 1\nllamacpp:requests_deferred 1\n"
 SLOTS = b'[{"id": 0, "n_ctx": 100, "is_processing": true, "n_prompt_tokens": 50}, {"id": 1, "n_ctx": 100, "is_processing": false}]'
 

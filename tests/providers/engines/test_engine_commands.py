@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import EngineConfig
-from providers.engines.models import SHIPPED_TEMPLATES
 from providers.engines.commands import (
     ENGINE_KINDS,
     LLAMA_SERVER,
@@ -21,6 +19,8 @@ from providers.engines.commands import (
     sglang_command,
     vllm_command,
 )
+from providers.engines.config import EngineConfig
+from providers.engines.models import SHIPPED_TEMPLATES
 
 
 def test_llamacpp_command_has_exact_flags() -> None:

@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.config import EngineConfig
 from providers.engines import ENGINE_KINDS, EngineStartError, EngineSupervisor
 from providers.engines.commands import engine_environment, missing_requirement
+from providers.engines.config import EngineConfig
 
 pytestmark = [
     pytest.mark.engine,

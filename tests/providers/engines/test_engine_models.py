@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import EngineConfig
+from providers.engines.config import EngineConfig
 from providers.engines.errors import EngineStartError
 from providers.engines.models import default_cache_dir, resolve_model
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from gateway.config import EngineConfig
 from providers.engines import EngineKind, EngineStartError, EngineSupervisor
 from providers.engines.commands import parse_llamacpp_line
+from providers.engines.config import EngineConfig
 from providers.engines.load import EngineLoad, read_load
 
 FAKE_ENGINE = Path(__file__).with_name("fake_engine.py")

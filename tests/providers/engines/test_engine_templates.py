@@ -11,7 +11,7 @@ from typing import Any
 import jinja2
 import pytest
 
-from gateway.config import EngineConfig
+from providers.engines.config import EngineConfig
 from providers.engines.models import SHIPPED_TEMPLATES, chat_template, resolve_model
 
 pytestmark = pytest.mark.skipif(

@@ -11,12 +11,12 @@ import orjson
 import pytest
 from aiohttp import web
 
-from gateway.errors import ProviderConnectError, ProviderStreamError, ProviderTimeout
+from kernel.errors import ProviderConnectError, ProviderStreamError, ProviderTimeout
 from providers.base import UpstreamRequest
 from providers.http import HTTPClient, Timeouts
 from providers.settings import UpstreamLimits
-from tests.providers.http_contract.conftest import MakeClient, no_env
 from tests.fakes.openai_upstream import FakeOpenAIUpstream
+from tests.providers.http_contract.conftest import MakeClient, no_env
 
 FAST = Timeouts(connect=1.0, first_byte=1.0, between_chunks=1.0, total=5.0)
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

@@ -13,7 +13,7 @@ import zlib
 import brotli
 import pytest
 
-from gateway.errors import ProviderResponseTooLarge
+from kernel.errors import ProviderResponseTooLarge
 from providers.http import HTTPClient, Timeouts
 from providers.settings import MiB, UpstreamLimits
 from tests.providers.http_contract.conftest import SLOW_OK, MakeClient, no_env, post

@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from gateway.errors import ProviderConnectError, ProviderError, ProviderStreamError, ProviderTimeout
+from kernel.errors import ProviderConnectError, ProviderError, ProviderStreamError, ProviderTimeout
 from providers.base import UpstreamRequest
 from providers.http import HTTPClient, Timeouts
 from tests.providers.http_contract.conftest import SLOW_OK, post

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway.errors import ProviderResponseTooLarge
+from kernel.errors import ProviderResponseTooLarge
 from providers.http import HTTPClient
 from tests.providers.http_contract.conftest import SLOW_OK, post
 from tests.providers.http_contract.servers import Conn, RawServer

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.errors import ProviderError
+from kernel.errors import ProviderError
 from providers.http import HTTPClient, Timeouts
 from providers.settings import UpstreamLimits
 from tests.providers.http_contract.conftest import SLOW_OK, MakeClient, no_env, post

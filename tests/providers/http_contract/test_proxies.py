@@ -11,9 +11,9 @@ import pytest
 import trustme
 from pydantic import SecretStr
 
-from gateway.config import ProviderConfig, load_config
-from gateway.errors import ProviderConnectError, ProviderError
-from providers.settings import ProxyConfig, TLSConfig, UpstreamConfig
+from gateway.config import load_config
+from kernel.errors import ProviderConnectError, ProviderError
+from providers.settings import ProviderConfig, ProxyConfig, TLSConfig, UpstreamConfig
 from tests.providers.http_contract.conftest import SLOW_OK, MakeClient, no_env, post
 from tests.providers.http_contract.servers import ConnectProxy, RawServer, keep_serving
 from tests.providers.http_contract.test_tls import server_context
@@ -129,7 +129,7 @@ def test_proxy_settings_come_from_the_environment_only_when_asked() -> None:
 
 
 def test_a_bad_proxy_url_fails_config() -> None:
-    from gateway.errors import ConfigError
+    from kernel.errors import ConfigError
 
     with pytest.raises(ConfigError):
         load_config(environ={"HTTPS_PROXY": "socks5://p:1080"})

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from gateway.errors import ConfigError, ProviderConnectError
+from kernel.errors import ConfigError, ProviderConnectError
 from providers.routes import Routes
 from providers.settings import TLSConfig
 from tests.providers.http_contract.conftest import SLOW_OK, MakeClient, no_env, post
@@ -21,7 +21,7 @@ from tests.providers.http_contract.servers import RawServer, keep_serving
 def server_context(ca: trustme.CA, *, expired: bool = False, client_ca: trustme.CA | None = None) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     if expired:
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         cert = ca.issue_cert("localhost", "127.0.0.1", not_before=now - datetime.timedelta(days=30),
                              not_after=now - datetime.timedelta(days=1))
     else:
@@ -116,7 +116,7 @@ def test_an_unreadable_ca_file_fails_start_up_naming_it(tmp_path: Path) -> None:
 async def test_a_provider_tls_setting_replaces_the_default_for_that_provider_only(
     make_client: MakeClient, ca: trustme.CA, ca_file: Path
 ) -> None:
-    from gateway.config import ProviderConfig
+    from providers.settings import ProviderConfig
 
     async with RawServer(keep_serving(), tls=server_context(ca)) as server:
         base = server.url("/v1", host="localhost")

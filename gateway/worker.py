@@ -9,9 +9,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from gateway.app import build_state  # the same state the gateway builds
 from gateway.config import Settings
-from probes.runner import build_runner
-from probes.scheduler import build_scheduler
+from gateway.probe_wiring import build_runner, build_scheduler
+from providers.clients import client_factory as upstream_client_factory  # the gateway's own client
 
 log = logging.getLogger("gateway.probes")
 
@@ -20,9 +21,6 @@ async def run_worker(
     settings: Settings, *, stop: asyncio.Event, client_factory: Callable[[], Any] | None = None
 ) -> dict[str, int]:
     """Run the scheduler until `stop` is set; returns its counters (runs, skipped, failures)."""
-    from gateway.app import build_state  # the same state the gateway builds
-    from providers.clients import client_factory as upstream_client_factory  # the gateway's own client
-
     client = (client_factory or upstream_client_factory(settings.upstream, settings.providers))()
     state = build_state(settings, client=client)
     assert state.shared is not None

@@ -21,6 +21,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from kernel.clock import Clock
+
 LOG_EVERY = 60.0  # seconds between two log lines about the same loop's trouble
 ERROR_PAUSE = 1.0  # at least this long between two rounds after an unexpected failure
 
@@ -44,8 +46,8 @@ class Heartbeat:
         name: str,
         limit_s: float,
         *,
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
+        clock: Clock = time.monotonic,
+        wall: Clock = time.time,
         log: logging.Logger | None = None,
     ) -> None:
         self.name = name
@@ -107,7 +109,7 @@ class Heartbeat:
 class LoopHealth:
     """The app's background loops, by name: what `/readyz` and `/metrics` read."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, clock: Clock = time.monotonic, wall: Clock = time.time) -> None:
         self._clock = clock
         self._wall = wall
         self.loops: dict[str, Heartbeat] = {}
@@ -181,7 +183,7 @@ class Deadline:
     It starts when the server begins to shut down (or at the first `start()`), so the time spent
     draining in-flight requests comes out of the same budget as closing the background work."""
 
-    def __init__(self, seconds: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, seconds: float, *, clock: Clock = time.monotonic) -> None:
         self.seconds = seconds
         self._clock = clock
         self._end: float | None = None

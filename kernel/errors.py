@@ -118,7 +118,7 @@ class ProviderError(GatewayError):
 
     status_code = 502
     error_type = "api_error"
-    code = "upstream_error"
+    code: str | None = "upstream_error"
     public_message = "The upstream provider failed to answer the request."
     retryable = True
     # Whether another endpoint may be tried. False when the request itself is at fault.
@@ -215,7 +215,7 @@ class ProviderResponseTooLarge(ProviderError):
 class Unavailable(GatewayError):
     status_code = 503
     error_type = "api_error"
-    code = "no_endpoint_available"
+    code: str | None = "no_endpoint_available"
 
 
 class KeyStoreUnavailable(Unavailable):

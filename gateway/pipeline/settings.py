@@ -1,0 +1,85 @@
+"""The pipeline's configuration slice: gateway keys and how callers authenticate (`Settings.auth`)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Protocol
+
+from pydantic import Field, SecretStr, field_validator
+
+from kernel.frozen import Frozen
+
+
+class GatewayKey(Frozen):
+    name: str = Field(min_length=1)
+    # The key itself, or its stored hash as "sha256:<hex>".
+    key: SecretStr
+
+    @field_validator("key")
+    @classmethod
+    def _hash_form(cls, v: SecretStr) -> SecretStr:
+        raw = v.get_secret_value()
+        if raw.startswith("sha256:"):
+            digest = raw[len("sha256:") :]
+            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest.lower()):
+                raise ValueError("a sha256: key must be followed by 64 hex digits")
+        elif len(raw) < 8:
+            raise ValueError("must be at least 8 characters")
+        return v
+
+    @property
+    def digest(self) -> str:
+        return key_digest(self.key.get_secret_value())
+
+
+class AuthConfig(Frozen):
+    keys: tuple[GatewayKey, ...] = ()
+    admin_key: SecretStr | None = None
+    # Accept callers without a key. True is refused on a non-loopback bind; unset means open only
+    # when no key can exist (no auth.keys and persistence off), never because a read failed.
+    open: bool | None = None
+    # Past this long without a successful key refresh, database keys are refused (503
+    # key_store_unavailable) so a revocation cannot stay unseen; config keys keep working.
+    max_key_staleness_s: float = Field(60.0, gt=0)
+    # Dashboard sessions end after this long without a request (and after 12 h in any case).
+    session_idle_timeout_s: float = Field(1800.0, gt=0)
+    # Failed admin sign-ins and admin bearer checks allowed per client address per minute.
+    admin_failures_per_minute: int = Field(10, ge=1)
+
+    @field_validator("admin_key")
+    @classmethod
+    def _long_admin_key(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and len(v.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters")
+        return v
+
+
+def key_digest(raw: str) -> str:
+    """The stored form of a gateway key: its sha256 hex digest (a 'sha256:' value is already one)."""
+    if raw.startswith("sha256:"):
+        return raw[len("sha256:") :].lower()
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class _Enabled(Protocol):
+    @property
+    def enabled(self) -> bool: ...
+
+
+class _Bind(Protocol):
+    @property
+    def host(self) -> str: ...
+
+
+class AuthSettings(Protocol):
+    """The slices of `gateway.config.Settings` that decide whether the API is open: the keys, whether
+    the database may hold more (persistence), and the address served."""
+
+    @property
+    def auth(self) -> AuthConfig: ...
+
+    @property
+    def persistence(self) -> _Enabled: ...
+
+    @property
+    def server(self) -> _Bind: ...

@@ -1,0 +1,53 @@
+"""Value types every layer shares: the operation a request asks for and the tokens it used."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Operation = Literal["chat", "completions", "embeddings"]
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    # Whether the upstream reported cached tokens at all (0 reported is a miss; absent says nothing).
+    cache_reported: bool = field(default=False, compare=False)
+
+    @classmethod
+    def from_openai(cls, usage: Mapping[str, Any] | None) -> Usage | None:
+        """The upstream's claim, validated: a count that is not a non-negative number counts 0, one
+        past `MAX_USAGE_TOKENS` counts that much (it feeds rate limits, costs and the shared store)."""
+        if not usage or not isinstance(usage, Mapping):
+            return None
+        details = usage.get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+        for name in CACHED_TOKEN_FIELDS:
+            if cached is None:
+                cached = usage.get(name)
+        return cls(
+            prompt_tokens=token_count(usage.get("prompt_tokens")),
+            completion_tokens=token_count(usage.get("completion_tokens")),
+            cached_tokens=token_count(cached),
+            cache_reported=cached is not None,
+        )
+
+
+# No request uses a billion tokens; an upstream claiming more is clamped here (a store's integer
+# counters, and costs, stay sane).
+MAX_USAGE_TOKENS = 1_000_000_000
+
+
+def token_count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        return 0
+    return MAX_USAGE_TOKENS if value >= MAX_USAGE_TOKENS else int(value)
+
+
+# Where OpenAI-compatible upstreams other than OpenAI put the cached prompt tokens:
+# DeepSeek's `prompt_cache_hit_tokens`, Anthropic-style `cache_read_input_tokens`.
+CACHED_TOKEN_FIELDS = ("prompt_cache_hit_tokens", "cache_read_input_tokens")
