@@ -47,6 +47,7 @@ def test_every_import_points_down_the_layers() -> None:
         ("gateway/state_store/memory.py", "gateway.routing.settings"),
         ("gateway/persistence/records.py", "gateway.http.errors"),
         ("probes/runner.py", "gateway.pipeline.context"),  # probes sit beside the pipeline, not above it
+        ("gateway/translate/anthropic_request.py", "gateway.pipeline.context"),  # pure translation, below the stages
         ("gateway/http/route_admin.py", "gateway.cli.route"),
     ],
 )
