@@ -1,5 +1,10 @@
 """Probe traffic to one endpoint, sent directly (no routing, no retries, no fallback) through the
-endpoint's own adapter and the gateway's HTTP client, marked with `x-gateway-probe: 1`.
+endpoint's own adapter and the gateway's HTTP client.
+
+Nothing on the wire says "probe": a provider that could spot probes could serve them honestly and
+users badly. The request is built exactly as the pipeline builds a user's (same adapter, same
+client, same headers); the marker stays inside the gateway, as this client (its budget and counts),
+and probe traffic never passes the pipeline, so it is in no user metric.
 
 Every request is counted against the endpoint's daily budget; tokens come from the reported usage.
 An upstream failure raises `ProbeUnavailable`, which the runner counts as availability evidence.
@@ -8,7 +13,7 @@ An upstream failure raises `ProbeUnavailable`, which the runner counts as availa
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gateway.errors import GatewayError
@@ -18,8 +23,6 @@ if TYPE_CHECKING:
     from gateway.catalog import Endpoint
     from providers.base import Operation
     from providers.http import HTTPClient, Timeouts
-
-PROBE_HEADER = "x-gateway-probe"
 
 
 class ProbeUnavailable(Exception):
@@ -44,9 +47,21 @@ def _refusal(message: str, status: int) -> ProbeUnavailable:
     return ProbeUnavailable(message, status=status)
 
 
+# (operation, body with `model`, endpoint) -> the fields routing would add to a user's request.
+UserShape = Callable[[str, dict[str, Any], "Endpoint"], dict[str, Any]]
+
+
+def _as_sent(op: str, body: dict[str, Any], endpoint: Endpoint) -> dict[str, Any]:
+    return {}
+
+
 class ProbeClient:
-    def __init__(self, endpoint: Endpoint, http: HTTPClient, timeouts: Timeouts, budget: ProbeBudget) -> None:
+    def __init__(
+        self, endpoint: Endpoint, http: HTTPClient, timeouts: Timeouts, budget: ProbeBudget,
+        shape: UserShape = _as_sent,
+    ) -> None:
         self.endpoint = endpoint
+        self._shape = shape
         self._http = http
         self._timeouts = timeouts
         self._budget = budget
@@ -69,10 +84,11 @@ class ProbeClient:
         ep = self.endpoint
         self._budget.reserve(ep.id)
         self.requests += 1
-        payload = {**body, "model": ep.model, "stream": False}
-        request = ep.adapter.build_request(ep.target, op, payload, False)
-        request = replace(request, headers={**request.headers, PROBE_HEADER: "1"})
+        # Laid out as a client's body through the pipeline: `model` first, `stream` only if asked.
+        payload = {"model": ep.model, **{k: v for k, v in body.items() if k not in ("model", "stream")}}
+        payload.update(self._shape(op, payload, ep))
         try:
+            request = ep.adapter.build_request(ep.target, op, payload, False)
             response = await self._http.send(request, self._timeouts, ep.id)
             try:
                 raw = await response.read()

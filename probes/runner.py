@@ -26,7 +26,7 @@ from gateway.state_store import StoreUnavailable
 from probes.base import ProbeContext, ProbeResult
 from probes.baselines import BaselineStore
 from probes.budget import BudgetExhausted, ProbeBudget
-from probes.client import ProbeClient, ProbeUnavailable
+from probes.client import ProbeClient, ProbeUnavailable, UserShape
 from probes.evidence import EvidenceState, EvidenceStore
 from probes.policy import Decision, decide
 from probes.registry import ProbeMissing, ProbeRegistry
@@ -320,14 +320,18 @@ class ProbeRunner:
             return None
 
 
-def make_client_factory(http: Any, settings: ProbeSettings, budget: ProbeBudget) -> ClientFactory:
+def make_client_factory(
+    http: Any, settings: ProbeSettings, budget: ProbeBudget, shape: UserShape | None = None
+) -> ClientFactory:
     from providers.http import Timeouts
 
     t = settings.request_timeout
     timeouts = Timeouts(connect=min(10.0, t), first_byte=t, between_chunks=t, total=t)
 
     def factory(endpoint: Endpoint) -> ProbeClient:
-        return ProbeClient(endpoint, http, timeouts, budget)
+        if shape is None:
+            return ProbeClient(endpoint, http, timeouts, budget)
+        return ProbeClient(endpoint, http, timeouts, budget, shape)
 
     return factory
 
@@ -348,7 +352,9 @@ def build_runner(state: Any, *, registry: ProbeRegistry | None = None) -> ProbeR
         registry=registry or ProbeRegistry(),
         evidence=EvidenceStore(state.shared.store),
         baselines=SqlBaselines(state.persistence.db) if state.persistence is not None else MemoryBaselines(),
-        client_factory=make_client_factory(state.client, settings, budget),
+        client_factory=make_client_factory(
+            state.client, settings, budget, state.router.extra_for if state.router is not None else None
+        ),
         wall=wall,
         persistence=state.persistence,
         metrics=state.metrics,
