@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, ProviderRejected
 from probes.budget import ProbeBudget
 
 if TYPE_CHECKING:
@@ -38,12 +38,19 @@ class ContextOverflow(ProbeUnavailable):
     (an agent's growing transcript), not the endpoint's, so it is not counted as an error."""
 
 
+class ProbeRejected(ProbeUnavailable):
+    """The endpoint refused this request itself (a 4xx such as "cannot force a call among several
+    tools"): it cannot serve this case, which a suite drops from its comparison and counts."""
+
+
 _CONTEXT_WORDS = ("context length", "context window", "context_length", "maximum context")
 
 
-def _refusal(message: str, status: int) -> ProbeUnavailable:
+def _refusal(message: str, status: int, error: GatewayError) -> ProbeUnavailable:
     if status == 400 and any(word in message.lower() for word in _CONTEXT_WORDS):
         return ContextOverflow(message, status=status)
+    if isinstance(error, ProviderRejected):
+        return ProbeRejected(message, status=status)
     return ProbeUnavailable(message, status=status)
 
 
@@ -94,7 +101,7 @@ class ProbeClient:
                 raw = await response.read()
                 if response.status >= 400:
                     error = ep.adapter.map_error(ep.target, response.status, response.headers, raw)
-                    raise _refusal(f"{ep.id}: {error.message}", response.status)
+                    raise _refusal(f"{ep.id}: {error.message}", response.status, error)
                 parsed = ep.adapter.parse_response(ep.target, op, raw)
             finally:
                 response.close()
@@ -104,9 +111,10 @@ class ProbeClient:
         except ProbeUnavailable:
             self.errors += 1
             raise
-        except GatewayError as exc:
+        except GatewayError as exc:  # the adapter refused to build it, or the transport failed
             self.errors += 1
-            raise ProbeUnavailable(f"{ep.id}: {exc.message}", status=exc.status_code) from None
+            kind = ProbeRejected if isinstance(exc, ProviderRejected) else ProbeUnavailable
+            raise kind(f"{ep.id}: {exc.message}", status=exc.status_code) from None
         except ValueError as exc:
             self.errors += 1
             raise ProbeUnavailable(f"{ep.id}: unreadable response: {exc}") from None

@@ -55,7 +55,11 @@ class ToolCallSettings(_Frozen):
     schema_floor: float = Field(0.97, ge=0, le=1)  # the schema pass mark without a reference
     hard_floor: float = Field(0.95, ge=0, le=1)  # schema accuracy below it demotes outright
     min_calls: int = Field(20, ge=1)  # judged responses (and calls) needed for a verdict and a pass mark
-    concurrency: int = Field(4, ge=1)
+    concurrency: int = Field(4, ge=1)  # requests at once to start with...
+    # ...raised, up to this, when the measured latency says the suite would not finish in time.
+    max_concurrency: int = Field(8, ge=1)
+    # Seconds the suite may take per side; cases still unanswered then are left out (and said so).
+    time_budget: float | None = Field(300.0, gt=0)
 
 
 class AgentSettings(_Frozen):
