@@ -19,6 +19,7 @@ from probes.base import Outcome
 from probes.sentinels.filler import filler_sentences
 from probes.sentinels.sampling import Sampler, prompt_tokens
 
+
 @dataclass(frozen=True, slots=True)
 class UsagePoint:
     label: str
