@@ -143,6 +143,8 @@ class ProbeSettings(_Frozen):
     # Model name -> endpoint id of the reference for that model (default: a local engine
     # endpoint serving the same model, when there is one).
     references: dict[str, str] = Field(default_factory=dict)
+    # At an audit's start, compare prompt_tokens with the reference's; a different template drops it.
+    template_check: bool = True
     budget_requests_per_day: int = Field(5000, ge=0)
     budget_tokens_per_day: int = Field(500_000, ge=0)
     request_timeout: float = Field(120.0, gt=0)
