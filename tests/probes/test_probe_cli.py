@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 from gateway.app import create_app
 from gateway.catalog import Endpoint
 from gateway.cli.gwctl import main
-from gateway.cli.probe import Progress
+from gateway.cli.probe import Progress, table
 from gateway.http.admin_openapi import openapi
 from gateway.state import AppState
 from probes.base import Effect, ProbeContext, ProbeResult, Verdict
@@ -181,3 +181,17 @@ def test_progress_draws_a_bar_on_a_terminal() -> None:
     text = out.getvalue()
     assert text.startswith("\rp/m fidelity") and "[" + "#" * 15 + "-" * 15 + "] 5/10" in text
     assert text.endswith("\r\x1b[Kp/m: fidelity -> pass\n")
+
+
+def test_the_template_check_and_a_probe_out_of_time_are_shown() -> None:
+    out = io.StringIO()
+    Progress(out).event({"event": "template", "endpoint": "p/m", "reference": "local/m", "status": "differs",
+                         "reason": "template differs: the endpoint reports [55] prompt tokens where ..."})
+    assert out.getvalue() == "p/m: template differs: the endpoint reports [55] prompt tokens where ... (reference local/m)\n"
+    run = {"endpoint": "p/m", "model": "m", "provider": "p", "state": "healthy", "verdict": "pass", "tokens": 10,
+           "transitions": [], "template": {"status": "differs", "reason": "template differs: ..."},
+           "results": [{"probe": "toolcalls", "statistic": 0.0, "p_value": None, "samples": 4, "tokens": 10,
+                        "verdict": "inconclusive", "details": {"reason": "time ran out: 4 of 120 cases answered"}}]}
+    text = table(run)
+    assert "inconclusive: time ran out: 4 of 120 cases answered" in text
+    assert "  reference not compared with: template differs: ..." in text
