@@ -149,6 +149,8 @@ class ToolCallProbe:
             settings = settings.model_copy(update={"alpha": min(settings.alpha, ctx.settings.health.confirm_alpha)})
         suite = self.suite
         cases = suite.sample(settings.cases, ctx.rng)
+        # Sent in a fresh order each run: a fixed sequence of known prompts would mark the suite.
+        cases = tuple(cases[i] for i in ctx.rng.permutation(len(cases)))
         client = ctx.client
         requests0, tokens0 = client.requests, client.tokens
         # The reference's missing cases run alongside the endpoint's (different machines, as a rule);

@@ -130,3 +130,26 @@ async def test_time_running_out_is_inconclusive_with_the_reason() -> None:
     stopped_at = ep.started
     await asyncio.sleep(1.0)  # nothing left running
     assert ep.started == stopped_at and ep.in_flight == 0
+
+
+async def test_the_suite_is_sent_in_a_fresh_order_each_run() -> None:
+    # A fixed sequence of known prompts would tell a provider that the suite is running.
+    orders = []
+    for seed in (1, 2):
+        ep = SlowClient("fake/ep", delay=0.0)
+        sent: list[str] = []
+        chat = ep.chat
+
+        async def recording(body: dict[str, Any], chat: Any = chat, sent: list[str] = sent) -> dict[str, Any]:
+            sent.append(body["messages"][0]["content"])
+            return await chat(body)
+
+        ep.chat = recording  # type: ignore[method-assign]
+        ctx = context(ep, concurrency=1)
+        ctx.rng = np.random.default_rng(seed)
+        result = await ToolCallProbe(SUITE).run(ctx)
+        assert result.verdict == "pass"
+        orders.append(sent)
+    suite_order = [c.messages[0]["content"] for c in SUITE.cases]
+    assert sorted(orders[0]) == sorted(orders[1]) == sorted(suite_order)
+    assert orders[0] != suite_order and orders[1] != suite_order and orders[0] != orders[1]
