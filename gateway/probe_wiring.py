@@ -42,7 +42,10 @@ def build_runner(state: AppState, *, registry: ProbeRegistry | None = None) -> P
         registry=registry or ProbeRegistry(),
         evidence=EvidenceStore(state.shared.store),
         baselines=baselines,
-        client_factory=make_client_factory(state.client, settings, budget),
+        # Probe requests get what routing would add to a user's (its prompt_cache_key), so nothing marks them.
+        client_factory=make_client_factory(
+            state.client, settings, budget, state.router.extra_for if state.router is not None else None
+        ),
         wall=wall,
         persistence=runs,
         metrics=state.metrics,

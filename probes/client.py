@@ -1,5 +1,10 @@
 """Probe traffic to one endpoint, sent directly (no routing, no retries, no fallback) through the
-endpoint's own adapter and the gateway's HTTP client, marked with `x-gateway-probe: 1`.
+endpoint's own adapter and the gateway's HTTP client.
+
+Nothing on the wire says "probe": a provider that could spot probes could serve them honestly and
+users badly. The request is built exactly as the pipeline builds a user's (same adapter, same
+client, same headers); the marker stays inside the gateway, as this client (its budget and counts),
+and probe traffic never passes the pipeline, so it is in no user metric.
 
 Every request is counted against the endpoint's daily budget; tokens come from the reported usage.
 An upstream failure raises `ProbeUnavailable`, which the runner counts as availability evidence.
@@ -8,18 +13,16 @@ An upstream failure raises `ProbeUnavailable`, which the runner counts as availa
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kernel.errors import GatewayError
+from kernel.errors import GatewayError, ProviderRejected
 from probes.budget import ProbeBudget
 
 if TYPE_CHECKING:
     from gateway.catalog import Endpoint
     from kernel.values import Operation
     from providers.http import HTTPClient, Timeouts
-
-PROBE_HEADER = "x-gateway-probe"
 
 
 class ProbeUnavailable(Exception):
@@ -35,18 +38,37 @@ class ContextOverflow(ProbeUnavailable):
     (an agent's growing transcript), not the endpoint's, so it is not counted as an error."""
 
 
+class ProbeRejected(ProbeUnavailable):
+    """The endpoint refused this request itself (a 4xx such as "cannot force a call among several
+    tools"): it cannot serve this case, which a suite drops from its comparison and counts."""
+
+
 _CONTEXT_WORDS = ("context length", "context window", "context_length", "maximum context")
 
 
-def _refusal(message: str, status: int) -> ProbeUnavailable:
+def _refusal(message: str, status: int, error: GatewayError) -> ProbeUnavailable:
     if status == 400 and any(word in message.lower() for word in _CONTEXT_WORDS):
         return ContextOverflow(message, status=status)
+    if isinstance(error, ProviderRejected):
+        return ProbeRejected(message, status=status)
     return ProbeUnavailable(message, status=status)
 
 
+# (operation, body with `model`, endpoint) -> the fields routing would add to a user's request.
+UserShape = Callable[[str, dict[str, Any], "Endpoint"], dict[str, Any]]
+
+
+def _as_sent(op: str, body: dict[str, Any], endpoint: Endpoint) -> dict[str, Any]:
+    return {}
+
+
 class ProbeClient:
-    def __init__(self, endpoint: Endpoint, http: HTTPClient, timeouts: Timeouts, budget: ProbeBudget) -> None:
+    def __init__(
+        self, endpoint: Endpoint, http: HTTPClient, timeouts: Timeouts, budget: ProbeBudget,
+        shape: UserShape = _as_sent,
+    ) -> None:
         self.endpoint = endpoint
+        self._shape = shape
         self._http = http
         self._timeouts = timeouts
         self._budget = budget
@@ -69,16 +91,17 @@ class ProbeClient:
         ep = self.endpoint
         self._budget.reserve(ep.id)
         self.requests += 1
-        payload = {**body, "model": ep.model, "stream": False}
-        request = ep.adapter.build_request(ep.target, op, payload, False)
-        request = replace(request, headers={**request.headers, PROBE_HEADER: "1"})
+        # Laid out as a client's body through the pipeline: `model` first, `stream` only if asked.
+        payload = {"model": ep.model, **{k: v for k, v in body.items() if k not in ("model", "stream")}}
+        payload.update(self._shape(op, payload, ep))
         try:
+            request = ep.adapter.build_request(ep.target, op, payload, False)
             response = await self._http.send(request, self._timeouts, ep.id)
             try:
                 raw = await response.read()
                 if response.status >= 400:
                     error = ep.adapter.map_error(ep.target, response.status, response.headers, raw)
-                    raise _refusal(f"{ep.id}: {error.message}", response.status)
+                    raise _refusal(f"{ep.id}: {error.message}", response.status, error)
                 parsed = ep.adapter.parse_response(ep.target, op, raw)
             finally:
                 response.close()
@@ -88,9 +111,10 @@ class ProbeClient:
         except ProbeUnavailable:
             self.errors += 1
             raise
-        except GatewayError as exc:
+        except GatewayError as exc:  # the adapter refused to build it, or the transport failed
             self.errors += 1
-            raise ProbeUnavailable(f"{ep.id}: {exc.message}", status=exc.status_code) from None
+            kind = ProbeRejected if isinstance(exc, ProviderRejected) else ProbeUnavailable
+            raise kind(f"{ep.id}: {exc.message}", status=exc.status_code) from None
         except ValueError as exc:
             self.errors += 1
             raise ProbeUnavailable(f"{ep.id}: unreadable response: {exc}") from None

@@ -27,11 +27,13 @@ from kernel.health import Transition
 from probes.base import ProbeContext, ProbeResult
 from probes.baselines import BaselineStore
 from probes.budget import BudgetExhausted, ProbeBudget
-from probes.client import ProbeClient, ProbeUnavailable
+from probes.client import ProbeClient, ProbeUnavailable, UserShape
 from probes.evidence import EvidenceState, EvidenceStore
 from probes.policy import Decision, decide
 from probes.registry import ProbeMissing, ProbeRegistry
 from probes.settings import ProbeSettings
+from probes.template_check import TemplateCheck
+from probes.template_check import check as check_template
 from providers.http import HTTPClient, Timeouts
 
 log = logging.getLogger("gateway.probes")
@@ -120,6 +122,7 @@ class RunReport:
     trigger: str
     rounds: list[RoundReport] = field(default_factory=list)
     state: str = "healthy"
+    template: TemplateCheck | None = None
 
     @property
     def degraded(self) -> bool:
@@ -140,6 +143,7 @@ class RunReport:
             "tokens": sum(x.tokens_spent for r in self.rounds for x in r.results),
             "results": [result_json(x, confirm=r.confirm) for r in self.rounds for x in r.results],
             "transitions": [transition_json(r.transition) for r in self.rounds if r.transition is not None],
+            "template": self.template.as_json() if self.template is not None else None,
             "rounds": [
                 {"run_id": r.run_id, "confirm": r.confirm, "reason": r.decision.reason,
                  "cusum": dict(r.decision.evidence.cusum)}
@@ -197,18 +201,34 @@ class ProbeRunner:
         report = RunReport(endpoint, trigger)
         emit({"event": "started", "endpoint": endpoint.id, "model": endpoint.model, "probes": list(probes),
               "trigger": trigger, "state": self.health.state(endpoint.id)})
-        rnd = await self._round(endpoint, probes, trigger=trigger, confirm=confirm, emit=emit)
+        ref = self.reference_for(endpoint)
+        if ref is not None and self.settings.template_check:
+            report.template = await self.check_template(endpoint, ref)
+            emit({"event": "template", "endpoint": endpoint.id, "reference": ref.id, **report.template.as_json()})
+            if report.template.status == "differs":
+                log.warning("probes: %s: %s", endpoint.id, report.template.reason)
+        rnd = await self._round(endpoint, probes, trigger=trigger, confirm=confirm, emit=emit, template=report.template)
         report.rounds.append(rnd)
         if rnd.decision.confirm and not confirm:
             names = self.registry.confirmatory(rnd.decision.confirm_for)
             emit({"event": "confirm", "endpoint": endpoint.id, "probes": names, "reason": rnd.decision.reason})
-            report.rounds.append(await self._round(endpoint, names, trigger=trigger, confirm=True, emit=emit))
+            report.rounds.append(await self._round(endpoint, names, trigger=trigger, confirm=True, emit=emit,
+                                                   template=report.template))
         report.state = self.health.state(endpoint.id)
         emit({"event": "finished", **report.as_json()})
         return report
 
+    async def check_template(self, endpoint: Endpoint, ref: Endpoint) -> TemplateCheck:
+        """The audit-start check: the same messages' prompt_tokens on the endpoint and the reference."""
+        try:
+            return await check_template(self.client_factory(endpoint), self.client_factory(ref))
+        except Exception as exc:  # a bug here must not stop the audit: the reference is then kept
+            log.exception("probes: the template check of %s raised", endpoint.id)
+            return TemplateCheck("unknown", reason=f"the check failed: {type(exc).__name__}: {exc}")
+
     async def _round(
-        self, endpoint: Endpoint, probes: Sequence[str], *, trigger: str, confirm: bool, emit: Emit
+        self, endpoint: Endpoint, probes: Sequence[str], *, trigger: str, confirm: bool, emit: Emit,
+        template: TemplateCheck | None = None,
     ) -> RoundReport:
         suite = ",".join(probes) + (" (confirm)" if confirm else "")
         at = self.wall()
@@ -216,7 +236,7 @@ class ProbeRunner:
         results = []
         for name in probes:
             emit({"event": "probe", "endpoint": endpoint.id, "probe": name, "confirm": confirm})
-            result = await self.run_probe(endpoint, name, confirm=confirm, emit=emit)
+            result = await self.run_probe(endpoint, name, confirm=confirm, emit=emit, template=template)
             results.append(result)
             if self.metrics is not None:
                 self.metrics.probe_outcome(endpoint.id, result.probe, result.verdict)
@@ -241,9 +261,14 @@ class ProbeRunner:
             )
         return rnd
 
-    async def run_probe(self, endpoint: Endpoint, name: str, *, confirm: bool, emit: Emit = _no_emit) -> ProbeResult:
+    async def run_probe(
+        self, endpoint: Endpoint, name: str, *, confirm: bool, emit: Emit = _no_emit,
+        template: TemplateCheck | None = None,
+    ) -> ProbeResult:
         """One probe, never raising: a missing module, an inapplicable endpoint, an unreachable
-        upstream, a spent budget or a bug in the probe all come back as a result that says so."""
+        upstream, a spent budget or a bug in the probe all come back as a result that says so.
+        With a `template` check that found the reference rendering differently, the probe runs
+        without the reference (against the endpoint's own history), and its details say why."""
         try:
             # A probe module's first import (numpy, scipy) takes seconds: not on the event loop.
             probe = (await asyncio.to_thread(self.registry.factory, name))()
@@ -254,6 +279,9 @@ class ProbeRunner:
             return ProbeResult(name, "inconclusive", 0, effect=probe.effect, details={"skipped": why_not})
         client = self.client_factory(endpoint)
         ref = self.reference_for(endpoint)
+        skipped = template.reason if template is not None and template.status == "differs" and ref is not None else None
+        if skipped is not None:
+            ref = None
         ref_client = self.client_factory(ref) if ref is not None else None
 
         def progress(done: int, total: int) -> None:
@@ -277,6 +305,8 @@ class ProbeRunner:
         requests = client.requests + (ref_client.requests if ref_client is not None else 0)
         details = {**(result.details or {}), "seconds": round(time.perf_counter() - started, 3),
                    "reference": ref.id if ref is not None else None}
+        if skipped is not None:
+            details["reference_skipped"] = skipped
         return ProbeResult(
             probe=result.probe, verdict=result.verdict, samples=result.samples, statistic=result.statistic,
             p_value=result.p_value, e_value=result.e_value, reference_samples=result.reference_samples,
@@ -339,12 +369,15 @@ class ProbeRunner:
             return None
 
 
-def make_client_factory(http: HTTPClient, settings: ProbeSettings, budget: ProbeBudget) -> ClientFactory:
-
+def make_client_factory(
+    http: HTTPClient, settings: ProbeSettings, budget: ProbeBudget, shape: UserShape | None = None
+) -> ClientFactory:
     t = settings.request_timeout
     timeouts = Timeouts(connect=min(10.0, t), first_byte=t, between_chunks=t, total=t)
 
     def factory(endpoint: Endpoint) -> ProbeClient:
-        return ProbeClient(endpoint, http, timeouts, budget)
+        if shape is None:
+            return ProbeClient(endpoint, http, timeouts, budget)
+        return ProbeClient(endpoint, http, timeouts, budget, shape)
 
     return factory

@@ -52,7 +52,11 @@ class ToolCallSettings(Frozen):
     schema_floor: float = Field(0.97, ge=0, le=1)  # the schema pass mark without a reference
     hard_floor: float = Field(0.95, ge=0, le=1)  # schema accuracy below it demotes outright
     min_calls: int = Field(20, ge=1)  # judged responses (and calls) needed for a verdict and a pass mark
-    concurrency: int = Field(4, ge=1)
+    concurrency: int = Field(4, ge=1)  # requests at once to start with...
+    # ...raised, up to this, when the measured latency says the suite would not finish in time.
+    max_concurrency: int = Field(8, ge=1)
+    # Seconds the suite may take per side; cases still unanswered then are left out (and said so).
+    time_budget: float | None = Field(300.0, gt=0)
 
 
 class AgentSettings(Frozen):
@@ -136,6 +140,8 @@ class ProbeSettings(Frozen):
     # Model name -> endpoint id of the reference for that model (default: a local engine
     # endpoint serving the same model, when there is one).
     references: dict[str, str] = Field(default_factory=dict)
+    # At an audit's start, compare prompt_tokens with the reference's; a different template drops it.
+    template_check: bool = True
     budget_requests_per_day: int = Field(5000, ge=0)
     budget_tokens_per_day: int = Field(500_000, ge=0)
     request_timeout: float = Field(120.0, gt=0)

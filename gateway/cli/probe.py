@@ -62,6 +62,8 @@ class Progress:
             self._line(f"{e.get('endpoint')}: probing {', '.join(e.get('probes') or [])} (state {e.get('state')})")
         elif kind == "confirm":
             self._line(f"{e.get('endpoint')}: confirmatory round: {', '.join(e.get('probes') or [])}")
+        elif kind == "template" and e.get("status") == "differs":
+            self._line(f"{e.get('endpoint')}: {e.get('reason')} (reference {e.get('reference')})")
 
     def _line(self, text: str) -> None:
         self.out.write(("\r\x1b[K" if self.tty else "") + text + "\n")
@@ -83,12 +85,16 @@ def table(run: dict[str, Any]) -> str:
             f"e={_number(r['e_value'])}" if r.get("e_value") is not None else "-")
         name = r["probe"] + (" (confirm)" if r.get("confirm") else "")
         verdict = r["verdict"]
-        why = (r.get("details") or {}).get("error") or (r.get("details") or {}).get("skipped")
+        details = r.get("details") or {}
+        why = details.get("error") or details.get("skipped") or details.get("reason")
         rows.append((name, _number(r.get("statistic")), pe, _number(r.get("samples")), _number(r.get("tokens")),
                      verdict + (f": {why}" if why and verdict in ("error", "inconclusive") else "")))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = [f"{run['endpoint']} ({run['model']}, {run['provider']})"]
     lines += ["  " + "  ".join(cell.ljust(widths[i]) if i < 5 else cell for i, cell in enumerate(row)) for row in rows]
+    template = run.get("template") or {}
+    if template.get("status") == "differs":
+        lines.append(f"  reference not compared with: {template.get('reason')}")
     for t in run["transitions"]:
         lines.append(f"  state: {t['from']} -> {t['to']}: {t['reason']}")
     lines.append(f"  now {run['state'].upper()}; verdict {run['verdict']}; {run['tokens']} tokens")

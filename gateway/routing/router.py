@@ -200,6 +200,14 @@ class Router:
                 ctx.body_extra = {endpoint_id: extra for endpoint_id in keyed}
         return Ordering(endpoints, fail_open=decision.fail_open)
 
+    def extra_for(self, op: str, body: dict[str, Any], endpoint: Endpoint) -> dict[str, Any]:
+        """What `route` adds to this body when it goes to `endpoint` (its prompt_cache_key): probe
+        traffic, sent outside routing, gets it too, so that nothing tells it from a user's."""
+        if endpoint.id not in self._takes_cache_key or "prompt_cache_key" in body:
+            return {}
+        f = self.features(op, body, None)
+        return {"prompt_cache_key": self.cache_keys.key_for(f)} if f.family else {}
+
     # -- feedback from dispatch ---------------------------------------------------------
 
     # -- request feedback: a `gateway.pipeline.observe.RequestObserver`, a peer of the others ----

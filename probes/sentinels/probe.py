@@ -18,6 +18,7 @@ from probes.base import Effect, Outcome, ProbeContext, ProbeResult, Verdict
 from probes.sentinels import loops, needle, usage
 from probes.sentinels.sampling import Sampler, answer_text
 from probes.sentinels.settings import SentinelSettings
+from probes.tasks import gather_or_cancel
 
 if TYPE_CHECKING:
     from gateway.catalog import Endpoint
@@ -171,7 +172,7 @@ class SentinelsProbe:
 
         if ref is None:
             return await send(mine, plan), None
-        mine_cells, ref_cells = await asyncio.gather(send(mine, plan), send(ref, ref_plan))
+        mine_cells, ref_cells = await gather_or_cancel(send(mine, plan), send(ref, ref_plan))
         return mine_cells, ref_cells
 
     async def _freeze(
@@ -193,7 +194,7 @@ async def _both(mine: Sampler, ref: Sampler | None, job: Any) -> tuple[Any, Any]
     """Run `job` against the endpoint and, at the same time, the reference (None without one)."""
     if ref is None:
         return await job(mine), None
-    a, b = await asyncio.gather(job(mine), job(ref))
+    a, b = await gather_or_cancel(job(mine), job(ref))
     return a, b
 
 

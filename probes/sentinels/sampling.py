@@ -1,7 +1,8 @@
 """Send a batch of chat bodies to one endpoint with bounded concurrency, keeping order.
 
 A request the endpoint fails (`ProbeUnavailable`) comes back as None and is counted; the sentinels
-judge what did come back. Tokens are summed from the reported usage of each answer.
+judge what did come back. Tokens are summed from the reported usage of each answer. Anything else
+raising (a spent budget) cancels the rest of the batch.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from probes.client import ProbeUnavailable
+from probes.tasks import gather_or_cancel
 
 
 class ChatClient(Protocol):
@@ -32,7 +34,7 @@ class Sampler:
 
     async def chat_many(self, bodies: Sequence[dict[str, Any]]) -> list[dict[str, Any] | None]:
         self.planned += len(bodies)
-        return list(await asyncio.gather(*(self._one(b) for b in bodies)))
+        return await gather_or_cancel(*(self._one(b) for b in bodies))
 
     async def _one(self, body: dict[str, Any]) -> dict[str, Any] | None:
         async with self._limit:

@@ -11,13 +11,17 @@ stored, never responses.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
+import math
+import statistics
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from probes.base import Effect, Outcome, ProbeContext, ProbeResult
+from probes.base import Effect, Outcome, ProbeContext, ProbeResult, Verdict
 from probes.budget import BudgetExhausted
-from probes.client import ProbeUnavailable
+from probes.client import ProbeRejected, ProbeUnavailable
+from probes.tasks import cancel_all, gather_or_cancel
 from probes.toolcalls.cases import Case, Suite, load_suite
 from probes.toolcalls.scoring import CaseOutcome, figures, judge, outcome_of
 from probes.toolcalls.validator import SchemaCache
@@ -29,6 +33,20 @@ if TYPE_CHECKING:
 PROBE = "toolcalls"
 
 
+@dataclass
+class CaseRun:
+    """What one side of the suite gave: each answered case's outcome, and what was left out why."""
+
+    outcomes: dict[str, CaseOutcome] = field(default_factory=dict)
+    errors: int = 0
+    rejected: list[str] = field(default_factory=list)  # cases this side refused to serve (4xx)
+    unanswered: int = 0  # cases neither answered, refused nor failed: time or budget ran out
+    out_of_time: bool = False
+    budget_spent: bool = False
+    latency: float | None = None  # median seconds per answered request
+    concurrency: int = 0  # the most requests it had at once
+
+
 async def run_cases(
     client: ProbeClient,
     cases: Sequence[Case],
@@ -36,34 +54,74 @@ async def run_cases(
     concurrency: int,
     schemas: SchemaCache,
     progress: Any = None,
-) -> tuple[dict[str, CaseOutcome], int]:
-    """Each case's outcome (cases the endpoint failed to answer are left out) and the failures.
-    Stops early, keeping what it has, when the budget is spent."""
-    gate = asyncio.Semaphore(concurrency)
-    outcomes: dict[str, CaseOutcome] = {}
-    errors = 0
+    time_budget: float | None = None,
+    max_concurrency: int | None = None,
+) -> CaseRun:
+    """Run the cases, `concurrency` at a time, more (up to `max_concurrency`) when the measured
+    latency says they would not all finish within `time_budget`; each request is bounded by the
+    time left. Stops early, keeping what it has, when the budget or the time is spent. Whatever
+    raises out of here (a bug, a cancel) first cancels every request it started."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + time_budget if time_budget is not None else None
+    pending = deque(cases)
+    run = CaseRun()
+    latencies: list[float] = []
+    workers: list[asyncio.Task[None]] = []
     done = 0
-    spent = False
 
-    async def one(case: Case) -> None:
-        nonlocal errors, done, spent
-        async with gate:
-            if spent:
-                return
+    async def worker() -> None:
+        nonlocal done
+        while pending and not (run.budget_spent or run.out_of_time):
+            case = pending.popleft()
+            began = loop.time()
             try:
-                response = await client.chat(case.request())
+                async with asyncio.timeout_at(deadline):
+                    response = await client.chat(case.request())
+            except TimeoutError:
+                if deadline is None or loop.time() < deadline:
+                    raise  # not our deadline's
+                run.out_of_time = True
+                return
+            except ProbeRejected:
+                run.rejected.append(case.id)
             except ProbeUnavailable:
-                errors += 1
+                run.errors += 1
             except BudgetExhausted:
-                spent = True
+                run.budget_spent = True
+                return
             else:
-                outcomes[case.id] = outcome_of(case, response, schemas)
+                run.outcomes[case.id] = outcome_of(case, response, schemas)
+                latencies.append(loop.time() - began)
             done += 1
             if progress is not None:
                 progress(done, len(cases))
+            grow()
 
-    await asyncio.gather(*(one(c) for c in cases))
-    return {c.id: outcomes[c.id] for c in cases if c.id in outcomes}, errors
+    def grow() -> None:
+        """Enough workers to finish what is left in 80% of the time left, at the median latency."""
+        if deadline is None or not latencies or not pending:
+            return
+        left = deadline - loop.time()
+        want = math.ceil(len(pending) * statistics.median(latencies) / max(0.8 * left, 1e-3))
+        cap = min(max_concurrency or concurrency, len(pending))
+        while sum(not w.done() for w in workers) < min(want, cap):
+            workers.append(loop.create_task(worker()))
+        run.concurrency = max(run.concurrency, sum(not w.done() for w in workers))
+
+    workers.extend(loop.create_task(worker()) for _ in range(min(concurrency, len(cases))))
+    run.concurrency = len(workers)
+    try:
+        while live := [w for w in workers if not w.done()]:
+            await asyncio.wait(live, return_when=asyncio.FIRST_COMPLETED)
+            for w in workers:
+                if w.done() and not w.cancelled() and w.exception() is not None:
+                    raise w.exception()  # type: ignore[misc]
+    finally:
+        await cancel_all(workers)  # on a raise or a cancel: nothing of this side keeps sending
+    run.outcomes = {c.id: run.outcomes[c.id] for c in cases if c.id in run.outcomes}
+    run.unanswered = len(cases) - len(run.outcomes) - run.errors - len(run.rejected)
+    run.latency = statistics.median(latencies) if latencies else None
+    return run
 
 
 class ToolCallProbe:
@@ -91,18 +149,33 @@ class ToolCallProbe:
             settings = settings.model_copy(update={"alpha": min(settings.alpha, ctx.settings.health.confirm_alpha)})
         suite = self.suite
         cases = suite.sample(settings.cases, ctx.rng)
+        # Sent in a fresh order each run: a fixed sequence of known prompts would mark the suite.
+        cases = tuple(cases[i] for i in ctx.rng.permutation(len(cases)))
         client = ctx.client
         requests0, tokens0 = client.requests, client.tokens
-        # The reference's missing cases run alongside the endpoint's (different machines, as a rule).
-        (outcomes, errors), reference = await asyncio.gather(
-            run_cases(client, cases, concurrency=settings.concurrency, schemas=self._schemas, progress=ctx.progress),
+        # The reference's missing cases run alongside the endpoint's (different machines, as a rule);
+        # either side raising cancels the other.
+        mine, (reference, ref_rejected) = await gather_or_cancel(
+            run_cases(client, cases, concurrency=settings.concurrency, schemas=self._schemas, progress=ctx.progress,
+                      time_budget=settings.time_budget, max_concurrency=settings.max_concurrency),
             self._reference(ctx, suite, cases),
         )
+        outcomes, errors = mine.outcomes, mine.errors
         tokens, requests = client.tokens - tokens0, client.requests - requests0
+        # A case the reference cannot serve has no truth to compare with: dropped, and counted.
+        dropped = {"reference_rejected": sorted(ref_rejected), "endpoint_rejected": sorted(mine.rejected)}
+        outcomes = {cid: o for cid, o in outcomes.items() if cid not in ref_rejected}
+        run_details = {"dropped": dropped, "unanswered": mine.unanswered, "concurrency": mine.concurrency,
+                       "latency_s": round(mine.latency, 3) if mine.latency is not None else None}
+        if mine.out_of_time:
+            run_details["reason"] = (
+                f"time ran out: {len(mine.outcomes)} of {len(cases)} cases answered within {settings.time_budget} s "
+                f"(median latency {run_details['latency_s']} s at up to {mine.concurrency} at once)")
         if not outcomes:
+            verdict_now: Verdict = "inconclusive" if mine.out_of_time or mine.rejected or ref_rejected else "error"
             return ProbeResult(
-                PROBE, "error", 0, tokens_spent=tokens, requests=requests, errors=errors, effect=self.effect,
-                details={"reason": "no case was answered"},
+                PROBE, verdict_now, 0, tokens_spent=tokens, requests=requests, errors=errors, effect=self.effect,
+                details={"reason": "no case was answered", **run_details},
             )
         expected = {c.id: c.expect_call for c in cases}
         reference = {cid: o for cid, o in reference.items() if cid in outcomes}
@@ -118,6 +191,7 @@ class ToolCallProbe:
             counts.update(o.counts)
         details: dict[str, Any] = {
             **verdict.details,
+            **run_details,
             "suite_version": suite.version,
             "truth": "reference" if reference else "expected",
             "f1_vs_expected": figures(outcomes.values(), expected).f1,
@@ -133,22 +207,34 @@ class ToolCallProbe:
             details=details,
         )
         effect: Effect = "demote" if verdict.demote and verdict.verdict == "fail" else self.effect
+        final = verdict.verdict
+        if mine.out_of_time and fig.judged < settings.min_calls:
+            final = "inconclusive"  # too few answered in time to judge: say so, not pass
         return ProbeResult.of(
-            PROBE, verdict.verdict, outcome, effect=effect, tokens=tokens, requests=requests, errors=errors,
+            PROBE, final, outcome, effect=effect, tokens=tokens, requests=requests, errors=errors,
         )
 
-    async def _reference(self, ctx: ProbeContext, suite: Suite, cases: Sequence[Case]) -> dict[str, CaseOutcome]:
-        """The reference's frozen outcomes for these cases; runs (and stores) the ones it lacks."""
+    async def _reference(
+        self, ctx: ProbeContext, suite: Suite, cases: Sequence[Case]
+    ) -> tuple[dict[str, CaseOutcome], set[str]]:
+        """The reference's frozen outcomes for these cases, and those it cannot serve; runs (and
+        stores) the ones it lacks."""
         ref = ctx.reference
         if ref is None or ref.endpoint_id == ctx.endpoint.id:
-            return {}
+            return {}, set()
         key = f"suite-v{suite.version}:{ctx.endpoint.model}"
         stored = await ctx.baselines.get(ref.endpoint_id, PROBE, key)
         known: dict[str, Mapping[str, Any]] = dict(stored["cases"]) if stored else {}
-        missing = [c for c in cases if c.id not in known]
+        refused: set[str] = set(stored.get("rejected") or ()) if stored else set()
+        missing = [c for c in cases if c.id not in known and c.id not in refused]
         if missing:
-            fresh, _ = await run_cases(ref, missing, concurrency=ctx.settings.toolcalls.concurrency, schemas=self._schemas)
-            if fresh:
-                known.update({cid: o.stored() for cid, o in fresh.items()})
-                await ctx.baselines.put(ref.endpoint_id, PROBE, key, {"cases": known}, at=ctx.clock())
-        return {c.id: CaseOutcome.from_stored(c.id, known[c.id]) for c in cases if c.id in known}
+            t = ctx.settings.toolcalls
+            fresh = await run_cases(ref, missing, concurrency=t.concurrency, schemas=self._schemas,
+                                    time_budget=t.time_budget, max_concurrency=t.max_concurrency)
+            if fresh.outcomes or fresh.rejected:
+                known.update({cid: o.stored() for cid, o in fresh.outcomes.items()})
+                refused.update(fresh.rejected)
+                await ctx.baselines.put(ref.endpoint_id, PROBE, key, {"cases": known, "rejected": sorted(refused)},
+                                        at=ctx.clock())
+        ids = {c.id for c in cases}
+        return {c.id: CaseOutcome.from_stored(c.id, known[c.id]) for c in cases if c.id in known}, refused & ids

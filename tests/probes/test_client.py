@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import orjson
 import pytest
 
+from kernel.errors import ProviderRejected
 from probes.budget import ProbeBudget
-from probes.client import ContextOverflow, ProbeClient, ProbeUnavailable
+from probes.client import ContextOverflow, ProbeClient, ProbeRejected, ProbeUnavailable
 from providers.http import Timeouts
 from providers.http_mock import MockHTTPClient, MockResponse
+from providers.openai_compat import OpenAICompatAdapter
 from tests.fakes.catalog import make_endpoint
 
 TIMEOUTS = Timeouts(connect=1, first_byte=1, between_chunks=1, total=1)
@@ -41,3 +44,22 @@ async def test_other_refusals_and_failures_count_as_errors(status: int, message:
         await client.chat({"messages": [{"role": "user", "content": "x"}]})
     assert not isinstance(caught.value, ContextOverflow)
     assert client.errors == 1
+
+
+async def test_a_request_the_endpoint_refuses_is_a_rejection_the_suite_can_drop() -> None:
+    client = probe_client(400, "cannot force a call among several tools")
+    with pytest.raises(ProbeRejected):
+        await client.chat({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})
+
+
+async def test_an_adapter_that_refuses_to_build_the_request_raises_a_rejection_not_its_own_error() -> None:
+    class Refuses(OpenAICompatAdapter):
+        def upstream_body(self, target: Any, op: Any, body: dict[str, Any], stream: bool) -> dict[str, Any]:
+            raise ProviderRejected("cannot force a call among several tools")
+
+    http = MockHTTPClient(lambda request: MockResponse(status=200, body=b"{}"))
+    budget = ProbeBudget(requests_per_day=100, tokens_per_day=0, clock=time.time)
+    client = ProbeClient(make_endpoint("ep", "m", adapter=Refuses()), http, TIMEOUTS, budget)
+    with pytest.raises(ProbeRejected, match="several tools"):
+        await client.chat({"messages": [{"role": "user", "content": "x"}]})
+    assert http.requests == []

@@ -16,11 +16,10 @@ from starlette.testclient import TestClient
 from gateway.app import create_app
 from gateway.catalog import Endpoint
 from gateway.cli.gwctl import main
-from gateway.cli.probe import Progress
+from gateway.cli.probe import Progress, table
 from gateway.http.admin_openapi import openapi
 from gateway.state import AppState
 from probes.base import Effect, ProbeContext, ProbeResult, Verdict
-from probes.client import PROBE_HEADER
 from probes.registry import ProbeRegistry
 from providers.http_mock import MockHTTPClient
 from tests.gateway.persistence.app_helpers import ADMIN, ADMIN_KEY, answer, settings
@@ -76,9 +75,9 @@ def test_an_audit_streams_progress_then_the_summary(client: TestClient, upstream
     (run,) = summary["runs"]
     assert (run["endpoint"], run["state"], run["transitions"]) == ("p/m", "healthy", [])
     assert run["results"][0]["p_value"] == 0.6 and run["tokens"] == 1100
-    # Sent straight to the endpoint (not through routing), marked as probe traffic.
+    # Sent straight to the endpoint (not through routing), with nothing that names a probe.
     (sent,) = upstream.requests
-    assert sent.headers[PROBE_HEADER] == "1" and sent.url.startswith("http://p.test/v1")
+    assert sent.url.startswith("http://p.test/v1") and not any("probe" in k.lower() for k in sent.headers)
 
 
 def test_a_failing_audit_demotes_and_says_so(client: TestClient) -> None:
@@ -182,3 +181,17 @@ def test_progress_draws_a_bar_on_a_terminal() -> None:
     text = out.getvalue()
     assert text.startswith("\rp/m fidelity") and "[" + "#" * 15 + "-" * 15 + "] 5/10" in text
     assert text.endswith("\r\x1b[Kp/m: fidelity -> pass\n")
+
+
+def test_the_template_check_and_a_probe_out_of_time_are_shown() -> None:
+    out = io.StringIO()
+    Progress(out).event({"event": "template", "endpoint": "p/m", "reference": "local/m", "status": "differs",
+                         "reason": "template differs: the endpoint reports [55] prompt tokens where ..."})
+    assert out.getvalue() == "p/m: template differs: the endpoint reports [55] prompt tokens where ... (reference local/m)\n"
+    run = {"endpoint": "p/m", "model": "m", "provider": "p", "state": "healthy", "verdict": "pass", "tokens": 10,
+           "transitions": [], "template": {"status": "differs", "reason": "template differs: ..."},
+           "results": [{"probe": "toolcalls", "statistic": 0.0, "p_value": None, "samples": 4, "tokens": 10,
+                        "verdict": "inconclusive", "details": {"reason": "time ran out: 4 of 120 cases answered"}}]}
+    text = table(run)
+    assert "inconclusive: time ran out: 4 of 120 cases answered" in text
+    assert "  reference not compared with: template differs: ..." in text

@@ -27,6 +27,9 @@ from probes.settings import HealthSettings, ProbeSettings
 from tests.fakes.catalog import make_catalog, make_endpoint
 from tests.fakes.clock import FakeClock
 
+# Extra prompt tokens an endpoint's chat template adds (the audit-start template check reads them).
+TEMPLATE_EXTRA: dict[str, int] = {}
+
 
 @dataclass
 class FakeClient:
@@ -34,6 +37,14 @@ class FakeClient:
     tokens: int = 0
     requests: int = 0
     errors: int = 0
+
+    @property
+    def endpoint_id(self) -> str:
+        return self.endpoint.id
+
+    async def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        prompt = sum(len(m["content"].split()) for m in body["messages"]) + TEMPLATE_EXTRA.get(self.endpoint.id, 0)
+        return {"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": 1}}
 
 
 @dataclass
@@ -219,6 +230,35 @@ async def test_reference_is_configured_or_a_local_engine_and_never_the_endpoint(
     await runner.run(A.id, ["fidelity"])
     ctx = script.seen[-1][1]
     assert ctx.client.endpoint is A and ctx.reference is not None and ctx.reference.endpoint is LOCAL
+
+
+async def test_a_reference_with_the_same_template_is_used_and_the_check_is_reported() -> None:
+    script = Script()
+    runner, _, _ = make_runner(script, A, LOCAL)
+    events: list[dict[str, Any]] = []
+    report = await runner.run(A.id, ["fidelity"], emit=events.append)
+    (check,) = [e for e in events if e["event"] == "template"]
+    assert check["status"] == "same" and check["reference"] == LOCAL.id
+    assert report.as_json()["template"]["status"] == "same"
+    ctx = script.seen[-1][1]
+    assert ctx.reference is not None and ctx.reference.endpoint is LOCAL
+
+
+async def test_a_reference_that_renders_prompts_differently_is_not_compared_with(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The endpoint's own template adds a default system prompt (24 tokens) that the reference's lacks.
+    monkeypatch.setitem(TEMPLATE_EXTRA, A.id, 24)
+    script = Script({"fidelity": ["pass"]})
+    runner, _, _ = make_runner(script, A, LOCAL)
+    events: list[dict[str, Any]] = []
+    report = await runner.run(A.id, ["fidelity", "logprob_drift"], emit=events.append)
+    (check,) = [e for e in events if e["event"] == "template"]
+    assert check["status"] == "differs" and "template differs" in check["reason"]
+    assert [n for n, c in script.seen if c.reference is not None] == []  # judged on its own history
+    for result in report.rounds[0].results:
+        details = dict(result.details or {})
+        assert details["reference"] is None and "template differs" in details["reference_skipped"]
 
 
 async def test_demoting_the_last_endpoint_of_a_model_warns_loudly(caplog: pytest.LogCaptureFixture) -> None:

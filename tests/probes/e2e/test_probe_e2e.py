@@ -101,10 +101,16 @@ def test_substituted_model_is_caught_against_the_reference(gwctl: Gwctl, testbed
     (run,) = summary["runs"]
     assert [t["to"] for t in run["transitions"]] == ["suspect", "demoted"] and run["state"] == "demoted"
     by_probe = {(r["probe"], r["confirm"]): r for r in run["results"]}
-    # Drift against the reference engine rejects in the confirmatory round, which also ran the
-    # distribution test (at these small test sample sizes the MMD alone lacks the power to reject).
-    assert by_probe[("logprob_drift", True)]["details"]["comparisons"]["reference"]["p_value"] <= 0.01
-    assert by_probe[("distribution", True)]["verdict"] in ("pass", "fail")
+    # The other model's tokenizer and template count the audit-start messages differently: the
+    # audit says so and judges the endpoint on its own history. Drift against its golden window
+    # rejects in the confirmatory round; the distribution test, without a reference, has no pool of
+    # this endpoint's yet and freezes one (so a model substituted before an endpoint's first audit
+    # is not caught by these two: that needs the calibrated reference comparison).
+    assert run["template"]["status"] == "differs"
+    drift = by_probe[("logprob_drift", True)]["details"]
+    assert drift["comparisons"]["golden"]["p_value"] <= 0.01 and "template differs" in drift["reference_skipped"]
+    distribution = by_probe[("distribution", True)]
+    assert (distribution["verdict"], distribution["details"]["comparison"]) == ("inconclusive", "self")
     assert gwctl.filtered("smollm2")[TARGET] == "health_demoted"
     gwctl.recover(testbed, TARGET, "tb-target", "logprob_drift")
 

@@ -1,0 +1,31 @@
+"""Run a probe's concurrent parts so that one failing, or the probe being cancelled, stops them all.
+
+`asyncio.gather` leaves the other awaitables running when one raises: a probe whose reference
+side failed kept sending the endpoint side's requests for minutes. `gather_or_cancel` cancels the
+rest and waits for them to finish before it re-raises the first exception, unchanged (callers
+still catch `BudgetExhausted` or `ProbeUnavailable`, which a TaskGroup would wrap in a group).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Sequence
+from typing import Any
+
+
+async def gather_or_cancel(*aws: Awaitable[Any]) -> list[Any]:
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        await cancel_all(tasks)
+        raise
+
+
+async def cancel_all(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Cancel these tasks and wait until each has finished (a cancel of this wait is deferred until then)."""
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        # shield: the caller being cancelled again must not leave them unfinished behind it.
+        await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))

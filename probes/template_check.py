@@ -1,0 +1,78 @@
+"""At the start of an audit: does the endpoint render prompts as the reference does?
+
+The same messages are sent to both (one output token each); a chat template or BOS handling that
+differs shows as different reported `prompt_tokens` (SmolLM2's own template adds a default system
+prompt: +24 tokens where a chatml format adds none). Compared with a reference that renders
+differently, every logprob, distribution and usage comparison would differ without any fault, so
+the runner then judges the endpoint against its own history only and says why ("template differs"),
+instead of calling the difference drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from probes.budget import BudgetExhausted
+from probes.client import ProbeUnavailable
+from probes.tasks import gather_or_cancel
+
+# Shaped like user requests: without and with a system prompt (a default system prompt shows in the first).
+MESSAGES: tuple[list[dict[str, str]], ...] = (
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "system", "content": "You are a helpful assistant."},
+     {"role": "user", "content": "Give me one word that means happy."}],
+)
+
+Status = Literal["same", "differs", "unknown"]
+
+
+class ChatClient(Protocol):
+    async def chat(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateCheck:
+    status: Status
+    endpoint: list[int | None] = field(default_factory=list)  # reported prompt_tokens per message set
+    reference: list[int | None] = field(default_factory=list)
+    reason: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {"status": self.status, "endpoint_prompt_tokens": self.endpoint,
+                "reference_prompt_tokens": self.reference, "reason": self.reason}
+
+
+def compare(endpoint: Sequence[int | None], reference: Sequence[int | None]) -> TemplateCheck:
+    """Pure: identical counts for every message set where both reported one; unknown without a pair."""
+    pairs = [(a, b) for a, b in zip(endpoint, reference, strict=True) if a is not None and b is not None]
+    e, r = list(endpoint), list(reference)
+    if not pairs:
+        return TemplateCheck("unknown", e, r, "no prompt_tokens reported by both sides")
+    diffs = sorted({a - b for a, b in pairs})
+    if diffs == [0]:
+        return TemplateCheck("same", e, r, "the same prompt_tokens for the same messages")
+    return TemplateCheck(
+        "differs", e, r,
+        f"template differs: the endpoint reports {e} prompt tokens where the reference reports {r} for the same "
+        "messages (another chat template or BOS handling); judged against its own history, not the reference",
+    )
+
+
+async def _counts(client: ChatClient) -> list[int | None]:
+    out: list[int | None] = []
+    for messages in MESSAGES:
+        try:
+            answer = await client.chat({"messages": messages, "max_tokens": 1, "temperature": 0})
+        except (ProbeUnavailable, BudgetExhausted):
+            out.append(None)
+            continue
+        value = (answer.get("usage") or {}).get("prompt_tokens")
+        out.append(int(value) if isinstance(value, int | float) and value > 0 else None)
+    return out
+
+
+async def check(endpoint: ChatClient, reference: ChatClient) -> TemplateCheck:
+    mine, theirs = await gather_or_cancel(_counts(endpoint), _counts(reference))
+    return compare(mine, theirs)
