@@ -19,6 +19,8 @@ from gateway.admin_sessions import SessionStore
 from gateway.catalog import Catalog, Endpoint, endpoints_from_settings
 from gateway.config import Settings
 from gateway.health_states import HealthStates
+from gateway.limits.wiring import build_limiter
+from gateway.limits.store import LimitStore
 from gateway.http import admin, admin_api, admin_probes, health, openai_routes, route_admin
 from gateway.http import dashboard
 from gateway.http import metrics as metrics_route
@@ -59,6 +61,7 @@ def build_state(
     clock: Callable[[], float] = time.perf_counter,
     rng: random.Random | None = None,
     store: StateStore | None = None,
+    limit_store: LimitStore | None = None,
 ) -> AppState:
     catalog = Catalog([*endpoints_from_settings(settings), *extra_endpoints], created=int(time.time()))
     breaker = CircuitBreaker(settings.breaker, max_block_s=settings.retry.max_retry_after_block)
@@ -83,6 +86,9 @@ def build_state(
     )
     router = Router(settings.routing, catalog, shared, clock=clock, rng=random.Random(rng.random()) if rng else None)
     dispatcher.observer = router
+    # Key limits and budgets are the limits stage's (gateway.limits), routing.keys' rpm/tpm included.
+    limiter = build_limiter(settings, prices.get, store=limit_store)
+    router.admit_keys = False
     tool_monitor = ToolCallMonitor(
         health_states,
         settings.probes.health,
@@ -99,7 +105,7 @@ def build_state(
         breaker=breaker,
         dispatcher=dispatcher,
         accountant=Accountant(
-            prices.get, clock, sinks, keep_bodies=keep_bodies, observers=(router.finished, tool_monitor.finished)
+            prices.get, clock, sinks, keep_bodies=keep_bodies, observers=(router.finished, tool_monitor.finished, limiter.finished)
         ),
         client=client,
         clock=clock,
@@ -110,6 +116,7 @@ def build_state(
         router=router,
         shared=shared,
         tool_monitor=tool_monitor,
+        limits=limiter,
         loops=loops,
         sessions=SessionStore(idle=settings.auth.session_idle_timeout_s),
         admin_failures=FailureLimiter(settings.auth.admin_failures_per_minute),
@@ -152,6 +159,8 @@ async def close_within(state: AppState, scheduler: Any, client: HTTPClient, dead
         "the state store's last push",
         reserve=engine_stop,
     )
+    if state.limits is not None:  # settlements in flight
+        await deadline.run(state.limits.aclose(), "the limits' settlements", reserve=engine_stop)
     await deadline.run(client.aclose(), "the upstream client", reserve=engine_stop)
 
 
@@ -165,6 +174,7 @@ def create_app(
     rng: random.Random | None = None,
     store: StateStore | None = None,
     shutdown: Deadline | None = None,
+    limit_store: LimitStore | None = None,
 ) -> Starlette:
     """`shutdown`: the server's shutdown deadline (`gwctl serve` starts it when uvicorn begins to
     drain); without one the lifespan closes within `closing_budget`."""
@@ -174,13 +184,14 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, AppState]]:
         client = make_client()  # inside the running loop: the client binds to it
         state = build_state(
-            settings, client=client, extra_endpoints=extra_endpoints, engines=engines, clock=clock, rng=rng, store=store
+            settings, client=client, extra_endpoints=extra_endpoints, engines=engines, clock=clock, rng=rng, store=store,
+            limit_store=limit_store,
         )
         assert state.shared is not None
         await state.shared.sync_once()  # the shared view before the first request
         state.shared.start()
         if state.persistence is not None:
-            await state.persistence.start(state.catalog, state.auth, state.health)
+            await state.persistence.start(state.catalog, state.auth, state.health, limits=state.limits)
         if state.auth.open_access:
             log.warning("auth is open (auth.open, or no key configured): the API accepts requests without a key")
         state.probes = build_runner(state)

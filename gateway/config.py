@@ -24,6 +24,7 @@ from pydantic_settings import (
 )
 
 from gateway.errors import ConfigError
+from gateway.limits.settings import KeyLimits, LimitsConfig
 from gateway.routing.settings import DeploymentRouting, RoutingConfig, StateStoreConfig
 from probes.settings import ProbeSettings
 from providers.settings import TLSConfig, UpstreamConfig, checked_proxy
@@ -175,8 +176,12 @@ class DeploymentConfig(_Frozen):
         return self.upstream_model or self.model
 
 
-class GatewayKey(_Frozen):
+class GatewayKey(KeyLimits):
+    """A config key, with the same limits a database key can have (`gateway.limits.settings`)."""
+
     name: str = Field(min_length=1)
+    # A team of `limits.teams`: its limits and budget bind this key too.
+    team: str | None = None
     # The key itself, or its stored hash as "sha256:<hex>".
     key: SecretStr
 
@@ -362,6 +367,7 @@ class Settings(BaseSettings):
     engines: tuple[EngineConfig, ...] = ()
     routing: RoutingConfig = RoutingConfig()
     state_store: StateStoreConfig = StateStoreConfig()
+    limits: LimitsConfig = LimitsConfig()
     database: DatabaseConfig = DatabaseConfig()
     persistence: PersistenceConfig = PersistenceConfig()
     retention: RetentionConfig = RetentionConfig()
@@ -400,6 +406,9 @@ class Settings(BaseSettings):
         dup = _first_duplicate([k.name for k in self.auth.keys])
         if dup:
             raise ValueError(f"auth.keys: duplicate key name {dup!r}")
+        for k in self.auth.keys:
+            if k.team is not None and k.team not in self.limits.teams:
+                raise ValueError(f"auth.keys: key {k.name!r} names team {k.team!r}, which limits.teams does not define")
         dup = _first_duplicate([e.name for e in self.engines] + names)
         if dup:
             raise ValueError(f"engines: name {dup!r} is already used by another engine or provider")

@@ -55,5 +55,7 @@ class AppState:
     probes: Any = None
     # Passive tool-call validation of live responses (counts per endpoint; an alarm starts the suite).
     tool_monitor: ToolCallMonitor | None = None
+    # Per-key and per-team limits and budgets (gateway.limits.Limiter): a stage and an observer.
+    limits: Any = None
     # The background loops' heartbeats (/readyz, /metrics).
     loops: LoopHealth = field(default_factory=LoopHealth)
