@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
@@ -141,6 +141,10 @@ return 1
 )
 
 
+# Connections per replica: one admission is a single script call of well under a millisecond.
+MAX_CONNECTIONS = 16
+
+
 def _lim(v: int | None) -> int:
     return -1 if v is None else v
 
@@ -148,18 +152,33 @@ def _lim(v: int | None) -> int:
 class RedisLimitStore:
     name = "redis"
 
-    def __init__(self, url: str, *, prefix: str = "gw:lim:", timeout: float = 0.25, client: Redis | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "gw:lim:",
+        timeout: float = 0.25,
+        client: Redis | None = None,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         self.url = mask_urls(url)
         self._p = prefix
         self._timeout = timeout
-        self._r = client or Redis.from_url(
-            url,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0),
-            retry_on_timeout=False,
-            health_check_interval=0,
-            decode_responses=False,
+        # A bounded pool that requests wait on: a burst of admissions shares a few connections
+        # instead of opening hundreds at once (each connect may time out on a loaded host, which
+        # would read as an outage). The wait counts against the operation's timeout.
+        self._r = client or Redis(
+            connection_pool=BlockingConnectionPool.from_url(
+                url,
+                max_connections=max_connections,
+                timeout=timeout * 4,
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+                retry=Retry(NoBackoff(), 0),
+                retry_on_timeout=False,
+                health_check_interval=0,
+                decode_responses=False,
+            )
         )
         self._admit = self._r.register_script(ADMIT)
         self._settle = self._r.register_script(SETTLE)
@@ -222,6 +241,6 @@ class RedisLimitStore:
 
     async def aclose(self) -> None:
         try:
-            await self._r.aclose()
+            await self._r.aclose(close_connection_pool=True)  # the pool is ours, not the client's
         except (RedisError, OSError):
             pass

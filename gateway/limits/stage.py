@@ -233,7 +233,7 @@ class Limiter:
 
     def _failed(self, exc: StoreUnavailable) -> None:
         if self.store_error is None:
-            log.error("limits: the store %s failed (%s); limits are %s until it answers", self.store.name, exc,
+            log.warning("limits: the store %s failed (%s); limits are %s until it answers", self.store.name, exc,
                       "refused (fail-closed)" if self.cfg.on_store_failure == "closed" else "counted on this replica only")
         self.store_error = str(exc)
         self._down_until = self._clock() + self.cfg.retry_store_after_s
