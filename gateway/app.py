@@ -22,7 +22,7 @@ from gateway.health_states import HealthStates
 from gateway.limits.wiring import build_limiter
 from gateway.limits.store import LimitStore
 from gateway.http import admin, admin_api, admin_probes, health, openai_routes, route_admin
-from gateway.http import dashboard
+from gateway.http import admin_keys, dashboard
 from gateway.http import metrics as metrics_route
 from gateway.http.fast import GatewayApp
 from gateway.http.errors import method_not_allowed, not_found, server_error
@@ -210,7 +210,7 @@ def create_app(
 
     return GatewayApp(
         fast_routes=openai_routes.fast_routes,
-        routes=[*openai_routes.routes, *health.routes, *admin.routes, *admin_api.routes, *admin_probes.routes, *metrics_route.routes, *route_admin.routes, *dashboard.routes],
+        routes=[*openai_routes.routes, *health.routes, *admin.routes, *admin_api.routes, *admin_keys.routes, *admin_probes.routes, *metrics_route.routes, *route_admin.routes, *dashboard.routes],
         middleware=[Middleware(RequestIdMiddleware), Middleware(admin.NoStoreMiddleware)],
         exception_handlers={404: not_found, 405: method_not_allowed, Exception: server_error},
         lifespan=lifespan,
