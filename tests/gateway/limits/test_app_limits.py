@@ -23,7 +23,7 @@ from tests.fakes.servers import BackgroundLoop, GatewayServer
 from tests.gateway.state_store.redis_helpers import REDIS_URL, delete_prefix, redis_available, unique_prefix
 from tests.services import require
 
-KEYS = {name: f"sk-limits-{name}-000001" for name in ("rpm", "budget", "narrow", "old", "free")}
+KEYS = {name: f"sk-limits-{name}-000001" for name in ("rpm", "budget", "narrow", "old", "free", "one")}
 HELLO = [{"role": "user", "content": "hi"}]
 
 
@@ -31,6 +31,14 @@ def answer(request: UpstreamRequest) -> MockResponse:
     """100 completion tokens at $100/M: $0.01 an answer, exactly the worst case of max_tokens=100."""
     body = orjson.loads(request.body)
     usage = {"prompt_tokens": 10, "completion_tokens": 100, "total_tokens": 110}
+    if body.get("stream"):
+        events = [
+            {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": body["model"],
+             "choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]},
+            {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": body["model"], "choices": [], "usage": usage},
+        ]
+        chunks = [b"data: " + orjson.dumps(e) + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
+        return MockResponse(200, {"content-type": "text/event-stream"}, chunks=chunks)
     reply = {
         "id": "x",
         "object": "chat.completion",
@@ -52,6 +60,7 @@ def settings(state_store: dict[str, Any]) -> Settings:
                 {"name": "narrow", "key": KEYS["narrow"], "allowed_models": ["other-*"]},
                 {"name": "old", "key": KEYS["old"], "expires_at": "2020-01-01T00:00:00Z"},
                 {"name": "free", "key": KEYS["free"]},
+                {"name": "one", "key": KEYS["one"], "max_parallel": 1, "budget_usd": 0.5, "budget_period": "total"},
             ]
         },
         state_store=state_store,
@@ -187,3 +196,34 @@ def test_memory_store_one_replica_budget_and_rpm(start: Callable[..., GatewaySer
     assert limited.value.code == "rate_limit_exceeded"
     c.close()
     rpm.close()
+
+
+def test_a_stream_settles_when_it_ends(start: Callable[..., GatewayServer]) -> None:
+    """The parallel slot comes back and the spend becomes the actual cost once the stream is over."""
+    store = MemoryLimitStore()
+    gw = start(settings({"backend": "memory"}), limit_store=store)
+    c = client(gw, "one")
+    for _ in range(3):  # one at a time: each stream must give its slot back
+        chunks = list(c.chat.completions.create(model="m", messages=HELLO, max_tokens=300, stream=True))
+        assert chunks
+    deadline = time.monotonic() + 5
+    while store._spend[("key:one", "total")][0] != 30_000 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert store._spend[("key:one", "total")][0] == 30_000  # 3 x $0.01, not 3 x the $0.03 worst case
+    c.close()
+
+
+def test_fail_closed_without_redis_refuses_limited_keys_and_says_so_in_readyz(start: Callable[..., GatewayServer]) -> None:
+    import httpx
+
+    cfg = settings({"backend": "redis", "url": "redis://127.0.0.1:1/0", "timeout_s": 0.05})
+    cfg = cfg.model_copy(update={"limits": cfg.limits.model_copy(update={"on_store_failure": "closed"})})
+    gw = start(cfg)
+    with pytest.raises(openai.InternalServerError) as refused:
+        client(gw, "rpm").chat.completions.create(model="m", messages=HELLO, max_tokens=5)
+    assert refused.value.status_code == 503 and refused.value.code == "limits_unavailable"
+    client(gw, "free").chat.completions.create(model="m", messages=HELLO, max_tokens=5)  # nothing to count
+    ready = httpx.get(gw.root + "/readyz", timeout=5)
+    assert ready.status_code == 503
+    limits = ready.json()["limits"]
+    assert limits["state"] == "refusing" and limits["on_store_failure"] == "closed" and "redis" in limits["reason"]
