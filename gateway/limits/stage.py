@@ -25,6 +25,7 @@ from gateway.catalog import Endpoint
 from gateway.config import Price, Settings
 from gateway.limits.errors import KeyExpired, LimitsUnavailable, ModelNotAllowed, QuotaExceeded, openai_duration
 from gateway.limits.policy import KeyRecord, Scope, model_allowed, period_bounds, scope_from, to_micro
+from gateway.limits.settings import Period
 from gateway.limits.store import Charge, LimitStore, MemoryLimitStore, ScopeUsage, Settlement, Verdict
 from gateway.pipeline.account import cost_usd
 from gateway.pipeline.context import RequestContext
@@ -98,6 +99,7 @@ class Limiter:
         self._ids = itertools.count()
         self._replica = replica or f"{os.getpid()}-{id(self):x}"
         self._down_until = float("-inf")
+        self._periods: dict[str, tuple[str, float, float | None]] = {}  # the current period of each kind
         self.store_error: str | None = None
         self.settle_failures = 0
 
@@ -164,6 +166,9 @@ class Limiter:
         actual_cost = to_micro(cost_usd(usage, price)) if usage is not None and price is not None else 0
         actual_tokens = usage.prompt_tokens + usage.completion_tokens if usage is not None else 0
         settlements = [Settlement(c, actual_tokens - ticket.tokens, actual_cost - ticket.cost_micro) for c in ticket.charges]
+        if isinstance(ticket.store, MemoryLimitStore):  # in-process: settle now, no task
+            ticket.store.settle_now(ticket.member, settlements, self.window_s)
+            return
         task = asyncio.get_running_loop().create_task(self._settle(ticket, settlements))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
@@ -208,10 +213,17 @@ class Limiter:
         budget = to_micro(scope.budget_usd) if scope.budget_usd is not None else None
         period, ttl, seed = "total", 0.0, 0
         if budget is not None:
-            period, _, reset = period_bounds(scope.budget_period, now)
+            period, _, reset = self._period(scope.budget_period, now)
             ttl = (reset - now + COUNTER_GRACE_S) if reset is not None else TOTAL_TTL_S
             seed = to_micro(scope.spent_usd) if scope.spent_period == period else 0
         return Charge(scope.id, scope.rpm, scope.tpm, scope.max_parallel, tokens, budget, cost, period, ttl, seed)
+
+    def _period(self, period: Period, now: float) -> tuple[str, float, float | None]:
+        """`period_bounds`, remembered until the period ends (it is date arithmetic)."""
+        known = self._periods.get(period)
+        if known is None or now < known[1] or (known[2] is not None and now >= known[2]):
+            known = self._periods[period] = period_bounds(period, now)
+        return known
 
     async def _admit(self, member: str, charges: list[Charge]) -> tuple[Verdict, LimitStore]:
         lease = self.cfg.parallel_lease_s
@@ -242,7 +254,7 @@ class Limiter:
         u = verdict.usage[verdict.failed]
         who = f"key {scope.name}" if scope.kind == "key" else f"team {scope.name}"
         if verdict.reason == "budget":
-            _, _, reset = period_bounds(scope.budget_period, now)
+            _, _, reset = self._period(scope.budget_period, now)
             spent = u.spent_micro / 1e6
             budget = (c.budget_micro or 0) / 1e6
             when = f"; it resets in {openai_duration(reset - now)}" if reset is not None else ""

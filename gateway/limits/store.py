@@ -143,6 +143,9 @@ class MemoryLimitStore:
         return Verdict(True, usages)
 
     async def settle(self, request_id: str, settlements: Sequence[Settlement], window_s: float) -> None:
+        self.settle_now(request_id, settlements, window_s)
+
+    def settle_now(self, request_id: str, settlements: Sequence[Settlement], window_s: float) -> None:
         now = self._clock()
         for s in settlements:
             c = s.charge

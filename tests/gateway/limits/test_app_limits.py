@@ -126,7 +126,8 @@ def test_two_replicas_enforce_one_rpm_limit(replicas: tuple[GatewayServer, Gatew
     assert 1 <= int(h["retry-after"]) <= 60 and h["x-ratelimit-reset-requests"].endswith("s")
     assert h["x-request-id"]
     # Another key is not affected.
-    client(replicas[0], "free").chat.completions.create(model="m", messages=HELLO, max_tokens=5)
+    with client(replicas[0], "free") as free:
+        free.chat.completions.create(model="m", messages=HELLO, max_tokens=5)
     for c in clients:
         c.close()
 
@@ -171,11 +172,11 @@ async def test_400_concurrent_requests_cannot_overspend_a_budget(
 
 def test_model_not_allowed_is_403_and_an_expired_key_401(start: Callable[..., GatewayServer]) -> None:
     gw = start(settings({"backend": "memory"}))
-    with pytest.raises(openai.PermissionDeniedError) as denied:
-        client(gw, "narrow").chat.completions.create(model="m", messages=HELLO)
+    with client(gw, "narrow") as narrow, pytest.raises(openai.PermissionDeniedError) as denied:
+        narrow.chat.completions.create(model="m", messages=HELLO)
     assert denied.value.status_code == 403 and denied.value.code == "model_not_allowed"
-    with pytest.raises(openai.AuthenticationError) as expired:
-        client(gw, "old").chat.completions.create(model="m", messages=HELLO)
+    with client(gw, "old") as old, pytest.raises(openai.AuthenticationError) as expired:
+        old.chat.completions.create(model="m", messages=HELLO)
     assert expired.value.status_code == 401 and "expired" in expired.value.message
 
 
@@ -219,10 +220,11 @@ def test_fail_closed_without_redis_refuses_limited_keys_and_says_so_in_readyz(st
     cfg = settings({"backend": "redis", "url": "redis://127.0.0.1:1/0", "timeout_s": 0.05})
     cfg = cfg.model_copy(update={"limits": cfg.limits.model_copy(update={"on_store_failure": "closed"})})
     gw = start(cfg)
-    with pytest.raises(openai.InternalServerError) as refused:
-        client(gw, "rpm").chat.completions.create(model="m", messages=HELLO, max_tokens=5)
+    with client(gw, "rpm") as limited, pytest.raises(openai.InternalServerError) as refused:
+        limited.chat.completions.create(model="m", messages=HELLO, max_tokens=5)
     assert refused.value.status_code == 503 and refused.value.code == "limits_unavailable"
-    client(gw, "free").chat.completions.create(model="m", messages=HELLO, max_tokens=5)  # nothing to count
+    with client(gw, "free") as free:
+        free.chat.completions.create(model="m", messages=HELLO, max_tokens=5)  # nothing to count
     ready = httpx.get(gw.root + "/readyz", timeout=5)
     assert ready.status_code == 503
     limits = ready.json()["limits"]
