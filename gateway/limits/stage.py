@@ -36,6 +36,9 @@ log = logging.getLogger("gateway.limits")
 
 # A budget counter outlives its period by this much, so late settlements still land on it.
 COUNTER_GRACE_S = 86_400.0
+# Micro-dollar amounts stay below 2**53 (Lua numbers are doubles) and Redis's integer range: a
+# budget is capped at $1e9, and a worst case above that is refused by any budget.
+MAX_MICRO = 10**15
 # A `total` budget's counter expires too (every key does); the database's record reseeds it.
 TOTAL_TTL_S = 7 * 86_400.0
 
@@ -163,7 +166,7 @@ class Limiter:
             return
         usage = ctx.usage
         price = self._prices(ctx.endpoint_id) if ctx.endpoint_id else None
-        actual_cost = to_micro(cost_usd(usage, price)) if usage is not None and price is not None else 0
+        actual_cost = min(to_micro(cost_usd(usage, price)), MAX_MICRO) if usage is not None and price is not None else 0
         actual_tokens = usage.prompt_tokens + usage.completion_tokens if usage is not None else 0
         settlements = [Settlement(c, actual_tokens - ticket.tokens, actual_cost - ticket.cost_micro) for c in ticket.charges]
         if isinstance(ticket.store, MemoryLimitStore):  # in-process: settle now, no task
@@ -207,15 +210,15 @@ class Limiter:
             else:
                 completion = (out if out is not None else max(0, ep.deployment.context_window - prompt)) * n
             worst = max(worst, (prompt * price.input + completion * price.output) / 1_000_000)
-        return tokens, to_micro(worst)
+        return min(tokens, MAX_MICRO), min(to_micro(worst), MAX_MICRO + 1)
 
     def _charge(self, scope: Scope, tokens: int, cost: int, now: float) -> Charge:
-        budget = to_micro(scope.budget_usd) if scope.budget_usd is not None else None
+        budget = min(to_micro(scope.budget_usd), MAX_MICRO) if scope.budget_usd is not None else None
         period, ttl, seed = "total", 0.0, 0
         if budget is not None:
             period, _, reset = self._period(scope.budget_period, now)
             ttl = (reset - now + COUNTER_GRACE_S) if reset is not None else TOTAL_TTL_S
-            seed = to_micro(scope.spent_usd) if scope.spent_period == period else 0
+            seed = min(to_micro(scope.spent_usd), MAX_MICRO) if scope.spent_period == period else 0
         return Charge(scope.id, scope.rpm, scope.tpm, scope.max_parallel, tokens, budget, cost, period, ttl, seed)
 
     def _period(self, period: Period, now: float) -> tuple[str, float, float | None]:

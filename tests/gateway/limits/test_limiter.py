@@ -235,3 +235,21 @@ async def test_store_down_fail_closed_refuses_limited_keys_only() -> None:
     await lim.admit(ctx("free"), [ENDPOINT])  # no limits: nothing to check
     assert lim.status()["state"] == "refusing" and not lim.ready
     await lim.aclose()
+
+
+async def test_absurd_max_tokens_and_budgets_stay_in_the_stores_range(stores: Stores) -> None:
+    """A client's max_tokens of 10**30 is refused by a budget, and a budget of $1e300 is capped,
+    without an overflow in Redis (which would read as an outage)."""
+    cfg = settings([{"name": "a", "budget_usd": 1.0, "budget_period": "total"}, {"name": "rich", "budget_usd": 1e300, "budget_period": "total"}])
+    lim = limiter(cfg, stores.new())
+    with pytest.raises(QuotaExceeded):
+        await lim.admit(ctx("a", max_tokens=10**30), [ENDPOINT])
+    with pytest.raises(QuotaExceeded):
+        await lim.admit(ctx("rich", max_tokens=10**30), [ENDPOINT])
+    big = ctx("rich", max_tokens=10**12)  # $1e8 at worst: within the capped budget
+    await lim.admit(big, [ENDPOINT])
+    answered(big, completion_tokens=100)
+    lim.finished(big)
+    await lim.flush()
+    assert lim.store_error is None and lim.settle_failures == 0
+    assert await lim.store.spend([("key:rich", "total")]) == [10_000]
