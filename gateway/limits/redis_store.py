@@ -17,6 +17,7 @@ from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
@@ -174,7 +175,9 @@ class RedisLimitStore:
                 timeout=timeout * 4,
                 socket_timeout=timeout,
                 socket_connect_timeout=timeout,
-                retry=Retry(NoBackoff(), 0),
+                # One immediate retry on a broken connection (a restarted Redis closed the pooled
+                # ones), none on a timeout: an outage must not cost a request twice the wait.
+                retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
                 retry_on_timeout=False,
                 health_check_interval=0,
                 decode_responses=False,
