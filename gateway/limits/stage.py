@@ -232,7 +232,7 @@ class Limiter:
         lease = self.cfg.parallel_lease_s
         if self._clock() >= self._down_until:
             try:
-                verdict = await self.store.admit(member, charges, self.window_s, lease)
+                verdict = await self._shielded(member, charges, lease)
                 if self.store_error is not None:
                     log.warning("limits: the store %s answers again", self.store.name)
                     self.store_error = None
@@ -245,6 +245,25 @@ class Limiter:
                 headers={"retry-after": str(max(1, math.ceil(self.cfg.retry_store_after_s)))},
             )
         return self.local.admit_now(member, charges, self.window_s, lease), self.local
+
+    async def _shielded(self, member: str, charges: list[Charge], lease: float) -> Verdict:
+        """The store call, finished even if the request is cancelled meanwhile (its client left):
+        the script may already have counted it, so an admission nobody will settle is given back."""
+        call = asyncio.ensure_future(self.store.admit(member, charges, self.window_s, lease))
+        try:
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:
+            call.add_done_callback(lambda done: self._give_back(done, member, charges))
+            raise
+
+    def _give_back(self, call: asyncio.Future[Verdict], member: str, charges: list[Charge]) -> None:
+        if call.cancelled() or call.exception() is not None or not call.result().allowed:
+            return
+        ticket = Ticket(charges, self.store, charges[0].tokens, charges[0].cost_micro, member)
+        refunds = [Settlement(c, -c.tokens, -c.cost_micro) for c in charges]
+        task = asyncio.get_running_loop().create_task(self._settle(ticket, refunds))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
 
     def _failed(self, exc: StoreUnavailable) -> None:
         if self.store_error is None:

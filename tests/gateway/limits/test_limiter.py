@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -253,3 +254,38 @@ async def test_absurd_max_tokens_and_budgets_stay_in_the_stores_range(stores: St
     await lim.flush()
     assert lim.store_error is None and lim.settle_failures == 0
     assert await lim.store.spend([("key:rich", "total")]) == [10_000]
+
+
+class SlowStore:
+    """The memory store, whose admissions are counted at once but answered late (a slow Redis:
+    the script ran on the server, its reply is still on the way)."""
+
+    def __init__(self, inner: Any, delay: float) -> None:
+        self.inner, self.delay, self.name = inner, delay, "slow"
+
+    async def admit(self, *args: Any) -> Any:
+        verdict = await self.inner.admit(*args)
+        await asyncio.sleep(self.delay)
+        return verdict
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_an_admission_abandoned_by_its_client_gives_its_slot_and_charge_back() -> None:
+    """The client left while its admission was in the store: the request never runs, so what
+    the store counted for it comes back (else its parallel slot stays taken until the lease ends)."""
+    from gateway.limits.store import MemoryLimitStore
+
+    memory = MemoryLimitStore()
+    cfg = settings([{"name": "a", "max_parallel": 1, "budget_usd": 1.0, "budget_period": "total"}])
+    lim = limiter(cfg, SlowStore(memory, 0.05))
+    task = asyncio.create_task(lim.admit(ctx("a", max_tokens=100), [ENDPOINT]))
+    await asyncio.sleep(0.01)
+    task.cancel()  # the client went away (the route's disconnect watcher cancels the request)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.1)  # the store finishes the admission meanwhile
+    await lim.flush()
+    assert await memory.spend([("key:a", "total")]) == [0]
+    await lim.admit(ctx("a", max_tokens=100), [ENDPOINT])  # the slot is free again
