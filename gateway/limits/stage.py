@@ -57,10 +57,10 @@ def config_records(settings: Settings) -> dict[str, KeyRecord]:
     teams = {name: scope_from("team", name, t) for name, t in settings.limits.teams.items()}
     out: dict[str, KeyRecord] = {}
     for k in settings.auth.keys:
-        policy = settings.routing.keys.get(k.name)
+        # routing.keys' limits (or routing.default_key's, as routing had it), where auth.keys sets none.
+        policy = settings.routing.keys.get(k.name, settings.routing.default_key)
         scope = scope_from("key", k.name, k)
-        if policy is not None:  # routing.keys' limits, where auth.keys sets none
-            scope = _with(scope, rpm=scope.rpm or policy.rpm, tpm=scope.tpm or policy.tpm)
+        scope = _with(scope, rpm=scope.rpm or policy.rpm, tpm=scope.tpm or policy.tpm)
         out[k.name] = KeyRecord(scope, teams.get(k.team) if k.team else None, dict(k.metadata))
     for name, policy in settings.routing.keys.items():  # a routing.keys name without an auth key
         if name not in out and (policy.rpm or policy.tpm):
@@ -93,9 +93,10 @@ class Limiter:
         self._wall = wall
         self._clock = clock
         self._config = config_records(settings)
+        # routing.default_key's rpm/tpm: for every key without its own, each with its own counters.
         default = settings.routing.default_key
-        self._default = KeyRecord(Scope("key", "-", rpm=default.rpm, tpm=default.tpm)) if default.rpm or default.tpm else None
-        self._default_name = "-"
+        self._default_rpm, self._default_tpm = default.rpm, default.tpm
+        self._defaults: dict[str, KeyRecord] = {}
         self._stored: dict[str, KeyRecord] = {}
         self._tickets: dict[int, Ticket] = {}
         self._pending: set[asyncio.Task[None]] = set()
@@ -110,7 +111,7 @@ class Limiter:
 
     def set_stored(self, records: Mapping[str, KeyRecord]) -> None:
         """The database's keys (name -> record), swapped in whole by the periodic refresh."""
-        self._stored = dict(records)
+        self._stored = {name: self._with_default(r) for name, r in records.items()}
 
     @property
     def config_records(self) -> dict[str, KeyRecord]:
@@ -120,10 +121,23 @@ class Limiter:
         """The recorded spend (period id, USD) of config keys and teams, by scope id."""
         self._config = {name: _seeded(r, seeds) for name, r in self._config.items()}
 
+    def _with_default(self, r: KeyRecord) -> KeyRecord:
+        key = r.key
+        if (self._default_rpm or self._default_tpm) and key.rpm is None and key.tpm is None:
+            return KeyRecord(_with(key, rpm=self._default_rpm, tpm=self._default_tpm), r.team, r.metadata)
+        return r
+
     def record(self, key_name: str | None) -> KeyRecord | None:
-        if key_name is None:
-            return self._default
-        return self._config.get(key_name) or self._stored.get(key_name) or self._default
+        name = "-" if key_name is None else key_name  # "-": open access, as routing counted it
+        found = self._config.get(name) or self._stored.get(name)
+        if found is not None or not (self._default_rpm or self._default_tpm):
+            return found
+        default = self._defaults.get(name)
+        if default is None:
+            if len(self._defaults) >= 65_536:  # names of authenticated keys: few, but bounded anyway
+                self._defaults.clear()
+            default = self._defaults[name] = KeyRecord(Scope("key", name, rpm=self._default_rpm, tpm=self._default_tpm))
+        return default
 
     # -- the stage --------------------------------------------------------------------------
 

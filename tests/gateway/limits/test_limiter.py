@@ -289,3 +289,28 @@ async def test_an_admission_abandoned_by_its_client_gives_its_slot_and_charge_ba
     await lim.flush()
     assert await memory.spend([("key:a", "total")]) == [0]
     await lim.admit(ctx("a", max_tokens=100), [ENDPOINT])  # the slot is free again
+
+
+async def test_routing_default_key_limits_each_key_on_its_own() -> None:
+    """routing.default_key's rpm applies to every key without its own limits, counted per key
+    (as routing counted it), database keys included."""
+    from gateway.config import load_config
+    from gateway.limits.policy import KeyRecord, Scope
+    from gateway.limits.stage import Limiter
+    from gateway.limits.store import MemoryLimitStore
+
+    cfg = load_config(
+        environ={},
+        auth={"keys": [{"name": "x", "key": "sk-default-key-x001"}, {"name": "own", "key": "sk-default-own-001", "rpm": 3}]},
+        routing={"default_key": {"rpm": 1}},
+        providers=[{"name": "p", "base_url": "http://p.test/v1"}],
+        deployments=[{"model": "m", "provider": "p"}],
+    )
+    lim = Limiter(cfg, MemoryLimitStore(), {}.get)
+    lim.set_stored({"db": KeyRecord(Scope("key", "db"))})
+    for key in ("x", "db", None):
+        await lim.admit(ctx(key), [ENDPOINT])
+        with pytest.raises(RateLimited):
+            await lim.admit(ctx(key), [ENDPOINT])
+    for _ in range(3):
+        await lim.admit(ctx("own"), [ENDPOINT])
