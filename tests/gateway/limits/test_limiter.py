@@ -314,3 +314,16 @@ async def test_routing_default_key_limits_each_key_on_its_own() -> None:
             await lim.admit(ctx(key), [ENDPOINT])
     for _ in range(3):
         await lim.admit(ctx("own"), [ENDPOINT])
+
+
+async def test_a_daily_budget_resets_at_utc_midnight(stores: Stores) -> None:
+    cfg = settings([{"name": "a", "budget_usd": 0.02, "budget_period": "daily"}])
+    now = [datetime(2026, 12, 1, 23, 59, 58, tzinfo=UTC).timestamp()]
+    lim = limiter(cfg, stores.new(), wall=lambda: now[0])
+    await lim.admit(ctx("a", max_tokens=200), [ENDPOINT])  # $0.02: the day's budget
+    with pytest.raises(QuotaExceeded) as refused:
+        await lim.admit(ctx("a", max_tokens=1), [ENDPOINT])
+    assert refused.value.headers["retry-after"] == "2" and "resets in 2s" in refused.value.message
+    now[0] += 3  # 00:00:01 the next day
+    await lim.admit(ctx("a", max_tokens=200), [ENDPOINT])
+    assert await lim.store.spend([("key:a", "d20261201"), ("key:a", "d20261202")]) == [20_000, 20_000]
