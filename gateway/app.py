@@ -13,7 +13,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from gateway.background import Deadline, LoopHealth
+from gateway.background import Deadline, Drain, LoopHealth
 from gateway.admin_limits import FailureLimiter
 from gateway.admin_sessions import SessionStore
 from gateway.catalog import Catalog, Endpoint, endpoints_from_settings
@@ -21,7 +21,7 @@ from gateway.config import Settings
 from gateway.health_states import HealthStates
 from gateway.limits.wiring import build_limiter
 from gateway.limits.store import LimitStore
-from gateway.http import admin, admin_api, admin_probes, health, openai_routes, route_admin
+from gateway.http import admin, admin_api, admin_probes, health, messages_routes, openai_routes, route_admin
 from gateway.http import admin_keys, dashboard
 from gateway.http import metrics as metrics_route
 from gateway.http.fast import GatewayApp
@@ -61,6 +61,7 @@ def build_state(
     clock: Callable[[], float] = time.perf_counter,
     rng: random.Random | None = None,
     store: StateStore | None = None,
+    drain: Drain | None = None,
     limit_store: LimitStore | None = None,
 ) -> AppState:
     catalog = Catalog([*endpoints_from_settings(settings), *extra_endpoints], created=int(time.time()))
@@ -120,6 +121,7 @@ def build_state(
         loops=loops,
         sessions=SessionStore(idle=settings.auth.session_idle_timeout_s),
         admin_failures=FailureLimiter(settings.auth.admin_failures_per_minute),
+        drain=drain or Drain(),
     )
 
 
@@ -174,10 +176,12 @@ def create_app(
     rng: random.Random | None = None,
     store: StateStore | None = None,
     shutdown: Deadline | None = None,
+    drain: Drain | None = None,
     limit_store: LimitStore | None = None,
 ) -> Starlette:
     """`shutdown`: the server's shutdown deadline (`gwctl serve` starts it when uvicorn begins to
-    drain); without one the lifespan closes within `closing_budget`."""
+    drain); without one the lifespan closes within `closing_budget`. `drain`: set by the server on
+    SIGTERM (/readyz then answers 503)."""
     make_client = client_factory or upstream_client_factory(settings.upstream, settings.providers)
 
     @asynccontextmanager
@@ -185,6 +189,7 @@ def create_app(
         client = make_client()  # inside the running loop: the client binds to it
         state = build_state(
             settings, client=client, extra_endpoints=extra_endpoints, engines=engines, clock=clock, rng=rng, store=store,
+            drain=drain,
             limit_store=limit_store,
         )
         assert state.shared is not None
@@ -209,8 +214,8 @@ def create_app(
             await close_within(state, scheduler, client, shutdown or Deadline(closing_budget(settings)), bool(engines))
 
     return GatewayApp(
-        fast_routes=openai_routes.fast_routes,
-        routes=[*openai_routes.routes, *health.routes, *admin.routes, *admin_api.routes, *admin_keys.routes, *admin_probes.routes, *metrics_route.routes, *route_admin.routes, *dashboard.routes],
+        fast_routes={**openai_routes.fast_routes, **messages_routes.fast_routes},
+        routes=[*openai_routes.routes, *messages_routes.routes, *health.routes, *admin.routes, *admin_api.routes, *admin_keys.routes, *admin_probes.routes, *metrics_route.routes, *route_admin.routes, *dashboard.routes],
         middleware=[Middleware(RequestIdMiddleware), Middleware(admin.NoStoreMiddleware)],
         exception_handlers={404: not_found, 405: method_not_allowed, Exception: server_error},
         lifespan=lifespan,

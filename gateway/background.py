@@ -164,6 +164,24 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
+class Drain:
+    """Set when the process is told to stop (SIGTERM): from then on /readyz answers 503 and every
+    response closes its connection, so a balancer stops sending here and keeps no pooled
+    connection that the replica would cut when it stops accepting (`server.drain_delay_s` later)."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.since: float | None = None
+
+    def begin(self) -> None:
+        if self.since is None:
+            self.since = self._clock()
+
+    @property
+    def active(self) -> bool:
+        return self.since is not None
+
+
 class Deadline:
     """One time budget for the whole shutdown, shared by its steps (`server.shutdown_timeout_s`).
     It starts when the server begins to shut down (or at the first `start()`), so the time spent

@@ -51,6 +51,10 @@ class ServerConfig(_Frozen):
     # The whole shutdown (draining in-flight requests and streams first, then the background work,
     # then local engines) fits in this budget: under Kubernetes' default 30 s grace period.
     shutdown_timeout_s: float = Field(25.0, gt=0, allow_inf_nan=False)
+    # After SIGTERM and before that shutdown: keep accepting for this long while /readyz answers
+    # 503 and every response closes its connection, so a balancer (Kubernetes endpoints, nginx's
+    # pooled connections) moves away without a request being cut. Not part of shutdown_timeout_s.
+    drain_delay_s: float = Field(0.0, ge=0, le=300, allow_inf_nan=False)
 
     # The address clients use (e.g. https://gw.example.com behind a TLS proxy): an https URL makes
     # the dashboard's session cookie Secure even when the socket itself is plain http.

@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway.admin_limits import FailureLimiter
 from gateway.admin_sessions import SessionStore
-from gateway.background import LoopHealth
+from gateway.background import Drain, LoopHealth
 from gateway.catalog import Catalog
 from gateway.config import Settings
 from gateway.health_states import HealthStates
@@ -59,3 +59,5 @@ class AppState:
     limits: Any = None
     # The background loops' heartbeats (/readyz, /metrics).
     loops: LoopHealth = field(default_factory=LoopHealth)
+    # Set on SIGTERM (`gwctl serve`): /readyz turns unready first.
+    drain: Drain = field(default_factory=Drain)

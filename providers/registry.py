@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gateway.errors import ConfigError
+from providers.anthropic import AnthropicAdapter
 from providers.base import Adapter
 from providers.llamacpp import LlamaCppAdapter
 from providers.openai_compat import OpenAICompatAdapter
@@ -20,6 +21,7 @@ ADAPTERS: Mapping[str, type[Adapter]] = {
     "sglang": OpenAICompatAdapter,
     "ollama": OpenAICompatAdapter,
     "llamacpp": LlamaCppAdapter,
+    "anthropic": AnthropicAdapter,
 }
 
 

@@ -9,12 +9,14 @@ import logging
 import signal
 import socket
 import sys
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import uvicorn
 
 from gateway.app import create_app, drain_timeout
-from gateway.background import Deadline
+from gateway.background import Deadline, Drain
 from gateway.config import Settings, load_config
 from gateway.engines import all_engine_endpoints
 from gateway.pipeline.auth import open_bind_problem
@@ -118,15 +120,62 @@ async def serve(settings: Settings) -> int:
 
 class GatewayServer(uvicorn.Server):
     """uvicorn's server, starting the shutdown deadline the moment it begins to drain: draining
-    in-flight requests and streams, then the lifespan's closing, share one budget."""
+    in-flight requests and streams, then the lifespan's closing, share one budget.
 
-    def __init__(self, config: uvicorn.Config, deadline: Deadline) -> None:
+    The first SIGTERM/SIGINT sets `drain` (/readyz answers 503, responses close their connections)
+    and, with a `drain_delay`, keeps accepting for that long before uvicorn's shutdown begins (stop
+    accepting, finish in-flight requests and streams); a second signal skips what is left of it."""
+
+    def __init__(self, config: uvicorn.Config, deadline: Deadline, drain: Drain | None = None,
+                 drain_delay: float = 0.0) -> None:
         super().__init__(config)
         self.deadline = deadline
+        self.drain = drain or Drain()
+        self.drain_delay = drain_delay
+        self._stop_accepting_at: float | None = None
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if self.drain.active or self.drain_delay <= 0:
+            self.drain.begin()
+            super().handle_exit(sig, frame)
+            return
+        self.drain.begin()
+        self._stop_accepting_at = time.monotonic() + self.drain_delay
+        log.info("draining: /readyz is unready; accepting for %.1f s more, then shutting down", self.drain_delay)
+
+    async def on_tick(self, counter: int) -> bool:
+        if self._stop_accepting_at is not None and time.monotonic() >= self._stop_accepting_at:
+            self.should_exit = True
+        return await super().on_tick(counter)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.drain.begin()
         self.deadline.start()
         await super().shutdown(sockets)
+
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+
+
+def close_when_draining(app: Any, drain: Drain) -> Callable[[Scope, Any, Any], Awaitable[None]]:
+    """While draining, every response says `connection: close` (uvicorn then closes it after the
+    response): a balancer's pooled connection ends cleanly instead of being cut under a request."""
+
+    async def wrapped(scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not drain.active:
+            await app(scope, receive, send)
+            return
+
+        async def closing(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", ()) if k.lower() != b"connection"]
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await app(scope, receive, closing)
+
+    return wrapped
 
 
 def server_config(app: Any, settings: Settings) -> uvicorn.Config:
@@ -148,13 +197,16 @@ def server_config(app: Any, settings: Settings) -> uvicorn.Config:
 
 async def _serve_gateway(settings: Settings, supervisors: list[Any]) -> int:
     deadline = Deadline(settings.server.shutdown_timeout_s)
+    drain = Drain()
     app = create_app(
         settings,
         extra_endpoints=all_engine_endpoints(settings.engines, supervisors),
         engines=supervisors,
         shutdown=deadline,
+        drain=drain,
     )
-    server = GatewayServer(server_config(app, settings), deadline)
+    config = server_config(close_when_draining(app, drain), settings)
+    server = GatewayServer(config, deadline, drain, settings.server.drain_delay_s)
     for name in ("uvicorn", "uvicorn.access"):  # uvicorn's own handlers, set up by its Config
         install_log_redaction(logging.getLogger(name))
     # uvicorn re-raises SIGINT/SIGTERM after its graceful shutdown, with the handlers it found

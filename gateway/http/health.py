@@ -48,6 +48,10 @@ async def readyz(request: Request) -> Response:
         ok = False
         body["status"] = "not_ready"
         body["background_stale"] = stuck
+    if state.drain.active:  # told to stop: the balancer must move away before the listener closes
+        ok = False
+        body["status"] = "draining"
+        body["reason"] = "shutting down"
     return Response(orjson.dumps(body), status_code=200 if ok else 503, media_type="application/json")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import orjson
@@ -22,7 +22,7 @@ from gateway.http.errors import error_body, error_event, error_response
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.dispatch import Completed, Streaming
 from gateway.pipeline.resolve import resolve
-from gateway.pipeline.stream import relay
+from gateway.pipeline.stream import CHAT, Framing, relay
 from gateway.pipeline.validate import parse_json, validate
 from gateway.redact import mask_urls
 from gateway.state import AppState
@@ -200,7 +200,18 @@ class InferenceEndpoint:
             return
         await self._stream(state, ctx, result, receive, send)
 
-    async def _stream(self, state: AppState, ctx: RequestContext, result: Streaming, receive: Receive, send: Send) -> None:
+    async def _stream(
+        self,
+        state: AppState,
+        ctx: RequestContext,
+        result: Streaming,
+        receive: Receive,
+        send: Send,
+        *,
+        framing: Framing = CHAT,
+        error_event: Callable[[GatewayError, str | None], bytes] = error_event,
+    ) -> None:
+        """`framing` and `error_event`: another API's event shapes over the same relay (Anthropic Messages)."""
         clock = state.clock
         endpoint_id = result.endpoint.id
 
@@ -213,7 +224,9 @@ class InferenceEndpoint:
             note_failure(ctx, exc)
             return error_event(exc, ctx.request_id)
 
-        stream = relay(ctx, result, error_event=failed_event, on_failure=on_failure, on_finish=state.accountant.record)
+        stream = relay(
+            ctx, result, error_event=failed_event, on_failure=on_failure, on_finish=state.accountant.record, framing=framing
+        )
         task = asyncio.current_task()
         assert task is not None
         gone = False

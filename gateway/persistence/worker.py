@@ -5,7 +5,7 @@ the gateway's own process never does (see `stores.ProcessStore`).
 
 Reads length-prefixed JSON frames on stdin: first the `DatabaseConfig` (over the pipe, so the
 database URL and its password are on no command line), then requests, each answered on stdout;
-exits at end of input:
+ignores SIGINT and SIGTERM; exits at end of input:
     {"op": "write", "rows": [...]}           -> {"ok": true, "rejected": [index, ...]}
     {"op": "replay", "spill": path, ...}     -> {"ok": true, "written": n, "rejected": m}
     any failure                              -> {"ok": false, "error": "..."}
@@ -14,6 +14,7 @@ exits at end of input:
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from functools import partial
 from typing import Any, BinaryIO
@@ -70,6 +71,11 @@ def read_config(stdin: BinaryIO) -> DatabaseConfig | None:
 
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Ctrl-C and a group-wide SIGTERM (systemd, `kill -TERM -PGID`) reach this process too: the
+    # gateway decides when it ends (it closes stdin once its queue is flushed; if it dies, so does
+    # stdin), or its last records would be spilled instead of written.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     config = read_config(sys.stdin.buffer)
     if config is None:
         return 0  # closed before it said anything

@@ -8,6 +8,7 @@ without ``[DONE]``, the client gets one OpenAI-style error event and the stream 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from typing import Protocol
 
 from gateway.errors import GatewayError, ProviderError, ProviderStreamError
 from gateway.pipeline.context import RequestContext
@@ -20,6 +21,28 @@ def _events(payloads: list[bytes]) -> bytes:
     return b"".join([b"data: " + p + b"\n\n" for p in payloads])
 
 
+class Framing(Protocol):
+    """How payloads reach the client: `frame` for each batch, `end` once after the upstream's [DONE].
+    Another API's stream (Anthropic Messages) is a stateful framing over the same chat payloads."""
+
+    def frame(self, payloads: list[bytes]) -> bytes: ...
+
+    def end(self) -> bytes: ...
+
+
+class ChatFraming:
+    """The chat API's own: each payload as a `data:` event, then [DONE]."""
+
+    frame = staticmethod(_events)
+
+    @staticmethod
+    def end() -> bytes:
+        return DONE
+
+
+CHAT = ChatFraming()
+
+
 async def relay(
     ctx: RequestContext,
     streaming: Streaming,
@@ -27,6 +50,7 @@ async def relay(
     error_event: Callable[[GatewayError], bytes],
     on_failure: Callable[[ProviderError], None],
     on_finish: Callable[[RequestContext], None],
+    framing: Framing = CHAT,
 ) -> AsyncIterator[bytes]:
     parts = ctx.response_parts
     trace = ctx.tool_trace  # only for requests with tools
@@ -35,9 +59,9 @@ async def relay(
             parts.extend(streaming.first)
         if trace is not None:
             trace.feed_chunks(streaming.first)
-        first = _events(streaming.first)
+        first = framing.frame(streaming.first)
         if streaming.done:
-            yield first + DONE
+            yield first + framing.end()
             return
         if first:
             yield first
@@ -48,9 +72,9 @@ async def relay(
                 parts.extend(chunk.payloads)
             if trace is not None:
                 trace.feed_chunks(chunk.payloads)
-            out = _events(chunk.payloads)
+            out = framing.frame(chunk.payloads)
             if chunk.done:
-                yield out + DONE
+                yield out + framing.end()
                 return
             if out:
                 yield out

@@ -94,9 +94,11 @@ class SandboxResult:
 class Sandbox(Protocol):
     def run(
         self, files: Mapping[str, str], script: str, *, args: Sequence[str] = (), stdin: str = "",
-        limits: Limits | None = None,
+        limits: Limits | None = None, pass_fds: Sequence[int] = (), stop: threading.Event | None = None,
     ) -> SandboxResult:
-        """Put `files` into a fresh scratch dir, run `python -I -S <script> <args>` there."""
+        """Put `files` into a fresh scratch dir, run `python -I -S <script> <args>` there; the code
+        inherits `pass_fds` under the same numbers (the grader's link between judge and solution).
+        Setting `stop` ends the run early (killed_by "stopped")."""
         ...
 
 
@@ -254,7 +256,7 @@ class SubprocessSandbox:
 
     def run(
         self, files: Mapping[str, str], script: str, *, args: Sequence[str] = (), stdin: str = "",
-        limits: Limits | None = None,
+        limits: Limits | None = None, pass_fds: Sequence[int] = (), stop: threading.Event | None = None,
     ) -> SandboxResult:
         lim = limits or self.limits
         if not self._bwrap or not os.access(self._bwrap, os.X_OK):
@@ -276,7 +278,7 @@ class SubprocessSandbox:
                 fds.append(_memfd(name, content.encode()))
                 bwrap += ["--ro-bind-data", str(fds[-1]), f"{SCRATCH}/{name}"]
             bwrap += ["--remount-ro", "/", "--chdir", SCRATCH, "--seccomp", str(fds[0])]
-            return self._run(bwrap, fds, cgroup, python, script, args, stdin, lim, as_root)
+            return self._run(bwrap, fds, cgroup, python, script, args, stdin, lim, as_root, tuple(pass_fds), stop)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -285,7 +287,8 @@ class SubprocessSandbox:
 
     def _run(
         self, bwrap: list[str], fds: list[int], cgroup: SandboxCgroup | None, python: str,
-        script: str, args: Sequence[str], stdin: str, lim: Limits, as_root: bool,
+        script: str, args: Sequence[str], stdin: str, lim: Limits, as_root: bool, passed: tuple[int, ...],
+        stop: threading.Event | None,
     ) -> SandboxResult:
         status_r, status_w = os.pipe()
         enforced = cgroup.controllers if cgroup else frozenset()
@@ -316,9 +319,9 @@ class SubprocessSandbox:
             for end in (out_w, err_w):
                 end.shutdown(socket.SHUT_RD)
             # stdin is a pipe, not a file: what the code reads is gone, and cannot be read again
-            # through /proc/<pid>/fd/0 (the check runner's nonce and checks travel on it).
+            # through /proc/<pid>/fd/0.
             proc = subprocess.Popen(argv, cwd="/", stdin=subprocess.PIPE, stdout=out_w.fileno(),
-                                    stderr=err_w.fileno(), env={}, pass_fds=(*fds, status_w),
+                                    stderr=err_w.fileno(), env={}, pass_fds=(*fds, status_w, *passed),
                                     start_new_session=True)
         except BaseException:
             out_r.close()
@@ -332,13 +335,20 @@ class SubprocessSandbox:
         assert proc.stdin is not None
         feeder = threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True)
         feeder.start()
-        timed_out = False
-        try:
-            proc.wait(timeout=lim.wall_seconds)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        timed_out = stopped = False
+        deadline = started + lim.wall_seconds
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                proc.wait(timeout=max(0.0, min(left, 0.05) if stop is not None else left))
+                break
+            except subprocess.TimeoutExpired:
+                timed_out = time.monotonic() >= deadline
+                stopped = not timed_out and stop is not None and stop.is_set()
+                if timed_out or stopped:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    break
         duration = time.monotonic() - started
         feeder.join(timeout=5)
         oom = cgroup.oom_killed() if cgroup else False
@@ -353,8 +363,8 @@ class SubprocessSandbox:
             raise SandboxUnavailable(f"the sandbox could not start (exit {proc.returncode}): {stderr.strip()[-500:]}")
         if timed_out or "exit-code" not in status:
             # No exit code: bwrap died with the run (the timeout, or a kill from outside).
-            return SandboxResult(None, timed_out, "timeout" if timed_out else "signal:SIGKILL", stdout, stderr,
-                                 truncated, duration)
+            killed_by = "timeout" if timed_out else "stopped" if stopped else "signal:SIGKILL"
+            return SandboxResult(None, timed_out, killed_by, stdout, stderr, truncated, duration)
         code = int(status["exit-code"])  # type: ignore[call-overload]
         exit_code = None if 128 < code <= 128 + 64 else code
         return SandboxResult(exit_code, False, _killed_by(code, stderr, oom), stdout, stderr, truncated, duration)

@@ -10,9 +10,9 @@ libseccomp's default for foreign architectures.
 
 The standard streams cannot be replaced or freed: `dup2`/`dup3` onto fd 0, 1 or 2 and `close` or
 `close_range` starting at one of them fail with EPERM (io_uring, which could close them without a
-syscall the filter sees, is denied). The check runner prints the results on fd 1, to a socket the
-gateway drains, so the solution cannot put its own pipe in between and rewrite them. With 0-2
-always open, `fcntl(F_DUPFD)` can only hand out 3 and above. A subprocess with redirected stdio
+syscall the filter sees, is denied). The judge prints the results on fd 1, to a socket the
+gateway drains, in a sandbox of its own; in any sandbox, no code can put its own pipe in between
+and rewrite what a run prints. With 0-2 always open, `fcntl(F_DUPFD)` can only hand out 3 and above. A subprocess with redirected stdio
 therefore fails inside the sandbox (its child would `dup2` onto 0-2).
 """
 

@@ -138,6 +138,43 @@ def test_with_two_replicas_requests_fall_back_to_the_other(pair: Gateway) -> Non
     assert pair.replicas()[0]["pid"] != old_pid
 
 
+def test_with_two_replicas_a_cut_stream_errors_and_new_streams_go_to_the_other(pair: Gateway) -> None:
+    """A stream on the replica that dies ends with the error event (never a clean end); streams sent
+    after the kill are served by the other replica to a clean end, without waiting for the restart."""
+    assert wait_until(lambda: all(r["state"] == "ready" for r in pair.replicas()), RESTART_BOUND_S + 5), pair.log()
+    restarts = pair.replicas()[0]["restarts"]
+    story = [{"role": "user", "content": "Write a very long story."}]
+    with pair.client() as client:
+        cut = client.chat.completions.create(
+            model=MODEL, messages=story, max_tokens=400, stream=True, extra_body={"provider": {"order": ["local-0"]}}
+        )
+        chunks = iter(cut)
+        assert next(chunks).choices
+        old_pid, _ = kill_replica(pair, 0)
+        with pytest.raises(openai.APIError) as caught:
+            for _ in chunks:
+                pass
+        assert caught.value.code == "upstream_stream_error"
+        after: list[tuple[str, str | None]] = []
+        for i in range(3):
+            raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=SHORT, max_tokens=8, stream=True)
+            finish = [c.choices[0].finish_reason for c in raw.parse() if c.choices and c.choices[0].finish_reason]
+            after.append((raw.headers["x-gateway-endpoint"], finish[-1] if finish else None))
+            if i == 0:
+                dead_then = pair.replicas()[0]
+
+    def back() -> bool:
+        replica = pair.replicas()[0]
+        return replica["state"] == "ready" and replica["restarts"] == restarts + 1
+
+    assert wait_until(back, RESTART_BOUND_S, interval=0.1), pair.log()
+    assert all(finish in ("stop", "length") for _, finish in after), after
+    # The first was served by the survivor while the dead replica had not come back yet.
+    assert after[0][0] == "local-1", after
+    assert dead_then["state"] != "ready" or dead_then["restarts"] == restarts, dead_then
+    assert not alive(old_pid)
+
+
 def test_sigkill_of_the_gateway_takes_its_engines_along(pair: Gateway) -> None:
     replicas = pair.replicas()
     pids, ports = [r["pid"] for r in replicas], [r["port"] for r in replicas]

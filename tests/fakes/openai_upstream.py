@@ -22,8 +22,16 @@ an upstream model ``"name@<spec>"`` always behaves as ``<spec>``::
 for model ``m`` fail, after which it falls back to the model id's behaviour ("fail N times then
 succeed"). Every request is recorded in ``upstream.requests`` so tests can check what the upstream saw.
 
+``faults=[(0.2, Behaviour.status(500)), (0.05, Behaviour.reset())]`` (``--fault 0.2=status:500``)
+gives every other request a random fault with those shares (seeded: ``seed``); ``GET /_faults``
+counts what was injected, by kind.
+
 ``tool_fault`` (a callable given each chat request body that gets a tool call) may break that call:
 it returns ``"bad_json"`` (arguments cut in half), ``"unknown_name"`` (an undeclared name) or None.
+
+``vllm_stop_reason=True`` adds vLLM's ``stop_reason`` to each finished choice: the stop sequence that
+matched, or null. ``reasoning="..."`` gives text answers that reasoning text as ``reasoning_content``
+(streamed word by word before the content), as llama.cpp and vLLM do for reasoning models.
 
 ``llamacpp_quirks=True`` reproduces llama-server: an assistant message with neither ``content`` nor
 ``tool_calls`` gets a 400, and a ``tool_choice`` that is not a string is ignored (as "auto").
@@ -45,11 +53,12 @@ import hashlib
 import itertools
 import json
 import math
+import random
 import socket
 import struct
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,6 +115,10 @@ class Behaviour:
         return cls("invalid-json")
 
     @classmethod
+    def reset(cls) -> Behaviour:
+        return cls("reset")
+
+    @classmethod
     def parse(cls, spec: str) -> Behaviour:
         """``"status:429;retry-after=1"``, ``"slow:1.5"``, ``"cut:2"``, ``"reset"``..."""
         head, *pairs = spec.split(";")
@@ -147,8 +160,21 @@ class FakeOpenAIUpstream:
         cached_tokens: int = 0,
         chunk_delay: float = 0.0,
         tool_fault: Callable[[dict[str, Any]], str | None] | None = None,
+        faults: Sequence[tuple[float, Behaviour]] = (),
+        seed: int = 0,
+        keep_requests: bool = True,
+        vllm_stop_reason: bool = False,
+        reasoning: str | None = None,
     ) -> None:
         self.tool_fault = tool_fault
+        self.vllm_stop_reason = vllm_stop_reason
+        self.reasoning = reasoning
+        assert sum(share for share, _ in faults) <= 1.0, "fault shares add up to more than 1"
+        self.faults = list(faults)
+        self.injected: Counter[str] = Counter()
+        self._rng = random.Random(seed)
+        # A long load run (the fault drill) keeps no record of each request.
+        self.keep_requests = keep_requests
         self.host = host
         self.port = port
         self.llamacpp_quirks = llamacpp_quirks
@@ -187,7 +213,16 @@ class FakeOpenAIUpstream:
         if script:
             return script.popleft()
         _, sep, spec = model.partition("@")
-        return Behaviour.parse(spec) if sep else Behaviour.ok()
+        if sep:
+            return Behaviour.parse(spec)
+        if self.faults:
+            roll = self._rng.random()
+            for share, behaviour in self.faults:
+                if roll < share:
+                    self.injected[behaviour.kind] += 1
+                    return behaviour
+                roll -= share
+        return Behaviour.ok()
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -197,6 +232,7 @@ class FakeOpenAIUpstream:
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/_faults", self._faults)
         return app
 
     async def start(self) -> FakeOpenAIUpstream:
@@ -234,7 +270,8 @@ class FakeOpenAIUpstream:
         except ValueError:
             body = None
         received = Received(request.method, request.path, {k.lower(): v for k, v in request.headers.items()}, raw, body)
-        self.requests.append(received)
+        if self.keep_requests:
+            self.requests.append(received)
         return received
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
@@ -261,6 +298,9 @@ class FakeOpenAIUpstream:
         if not isinstance(body, dict):
             return _error(400, "We could not parse the JSON body of your request.", "invalid_request_error")
         return await self._serve(request, body, _EmbeddingAnswer(body, self))
+
+    async def _faults(self, request: web.Request) -> web.Response:
+        return web.json_response(dict(self.injected))
 
     async def _models(self, request: web.Request) -> web.Response:
         await self._receive(request)
@@ -440,6 +480,14 @@ def _truncate(tokens: list[str], body: dict[str, Any], default_finish: str) -> t
     return tokens, finish
 
 
+def _matched_stop(tokens: list[str], body: dict[str, Any]) -> str | None:
+    """The stop sequence `_truncate` cut at (the earliest), as vLLM reports it."""
+    stop = body.get("stop")
+    text = "".join(tokens)
+    found = [(text.find(s), s) for s in ([stop] if isinstance(stop, str) else list(stop or [])) if s and s in text]
+    return min(found)[1] if found else None
+
+
 def _sample_arguments(parameters: Any) -> dict[str, Any]:
     """Arguments matching a JSON schema's properties: enums take their first value."""
     props = parameters.get("properties") if isinstance(parameters, dict) else None
@@ -480,6 +528,9 @@ class _ChatAnswer(_Answer):
         else:
             last_user = next((m for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"), {})
             self.tokens, self.finish = _truncate(_words(REPLY_PREFIX + _content_text(last_user)), body, "stop")
+            self.matched_stop = _matched_stop(_words(REPLY_PREFIX + _content_text(last_user)), body)
+        if self.tool is not None or fmt in ("json_object", "json_schema") or self.finish != "stop":
+            self.matched_stop = None
         self.top = body.get("top_logprobs") or 0
         self.logprobs = bool(body.get("logprobs"))
 
@@ -532,6 +583,8 @@ class _ChatAnswer(_Answer):
                 ]
             else:
                 message["content"] = "".join(self.tokens)
+                if self.up.reasoning:
+                    message["reasoning_content"] = self.up.reasoning
             logprobs = None
             if self.logprobs and self.tool is None:
                 logprobs = {
@@ -539,6 +592,8 @@ class _ChatAnswer(_Answer):
                     "refusal": None,
                 }
             choices.append({"index": i, "message": message, "logprobs": logprobs, "finish_reason": self.finish})
+            if self.up.vllm_stop_reason:
+                choices[-1]["stop_reason"] = self.matched_stop
         out = self._base("chat.completion")
         out["choices"] = choices
         out["usage"] = _usage(self.prompt_tokens, self._completion_tokens(), self.up.cached_tokens)
@@ -578,6 +633,9 @@ class _ChatAnswer(_Answer):
                     call: dict[str, Any] = {"index": 0, "function": {"arguments": fragment}}
                     yield self._chunk(i, {"tool_calls": [call]})
         else:
+            for word in _words(self.up.reasoning or ""):
+                for i in range(self.n):
+                    yield self._chunk(i, {"reasoning_content": word})
             for p, token in enumerate(self.tokens):
                 for i in range(self.n):
                     logprobs = None
@@ -585,7 +643,10 @@ class _ChatAnswer(_Answer):
                         logprobs = {"content": [_chat_logprob(token, p, self.top)], "refusal": None}
                     yield self._chunk(i, {"content": token}, logprobs=logprobs)
         for i in range(self.n):
-            yield self._chunk(i, {}, self.finish)
+            last = self._chunk(i, {}, self.finish)
+            if self.up.vllm_stop_reason:
+                last["choices"][0]["stop_reason"] = self.matched_stop
+            yield last
         if self.wants_usage:
             out = self._base("chat.completion.chunk")
             out["choices"] = []
@@ -738,11 +799,16 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=9100)
     parser.add_argument("--llamacpp-quirks", action="store_true")
     parser.add_argument("--chunk-delay", type=float, default=0.0)
+    parser.add_argument("--fault", action="append", default=[], metavar="SHARE=SPEC",
+                        help="a random fault for this share of requests, e.g. 0.2=status:500 (repeatable)")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    faults = [(float(share), Behaviour.parse(spec)) for share, spec in (f.split("=", 1) for f in args.fault)]
 
     async def serve() -> None:
         async with FakeOpenAIUpstream(
-            host=args.host, port=args.port, llamacpp_quirks=args.llamacpp_quirks, chunk_delay=args.chunk_delay
+            host=args.host, port=args.port, llamacpp_quirks=args.llamacpp_quirks, chunk_delay=args.chunk_delay,
+            faults=faults, seed=args.seed, keep_requests=False,
         ) as upstream:
             print(f"fake upstream on {upstream.url}", flush=True)
             await asyncio.Event().wait()

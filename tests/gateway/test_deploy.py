@@ -71,3 +71,16 @@ def test_the_compose_and_k8s_configs_carry_keys() -> None:
     manifest = next(d for d in docs if d["kind"] == "Deployment")
     env_names = {e["name"] for e in manifest["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert {"GW_AUTH__ADMIN_KEY", "GW_AUTH__KEYS"} <= env_names
+
+
+def test_compose_stops_a_replica_within_its_drain_and_shutdown_budget() -> None:
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    gateway = compose["services"]["gateway"]
+    env = {k: str(v) for k, v in gateway["environment"].items() if "${" not in str(v)}
+    settings = load_config(DEPLOY / "config" / "example.yaml", environ={**env, "TOGETHER_API_KEY": "x", "DEEPINFRA_API_KEY": "y"})
+    grace = float(gateway["stop_grace_period"].removesuffix("s"))
+    assert settings.server.drain_delay_s >= 5  # longer than deploy/nginx.conf's pooled-connection idle time
+    assert grace >= settings.server.drain_delay_s + settings.server.shutdown_timeout_s + 5
+    nginx = (DEPLOY / "nginx.conf").read_text()
+    (idle,) = re.findall(r"keepalive_timeout (\d+)s;", nginx)
+    assert float(idle) < settings.server.drain_delay_s

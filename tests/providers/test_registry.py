@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import ConfigError
+from providers.anthropic import AnthropicAdapter
 from providers.llamacpp import LlamaCppAdapter
 from providers.openai_compat import OpenAICompatAdapter
 from providers.registry import ADAPTERS, adapter_for
@@ -13,6 +14,9 @@ from providers.registry import ADAPTERS, adapter_for
 @pytest.mark.parametrize("kind", sorted(ADAPTERS))
 def test_every_kind_builds(kind: str) -> None:
     adapter = adapter_for(kind)
+    if kind == "anthropic":  # the one upstream API that is not OpenAI's
+        assert isinstance(adapter, AnthropicAdapter)
+        return
     assert isinstance(adapter, OpenAICompatAdapter)
     assert isinstance(adapter, LlamaCppAdapter) == (kind == "llamacpp")
 

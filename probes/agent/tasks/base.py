@@ -1,8 +1,8 @@
 """A task: what the model is told, which file it must write, and the checks that grade it.
 
-The checks live as Python files in `probes.agent.tasks.checks` and run only inside the sandbox:
-`<name>_visible.py` is what the model's `run_tests` tool runs, `<name>_hidden.py` is what grades it
-and is never shown to the model.
+The checks live as Python files in `probes.agent.tasks.checks` and run only in the judge's sandbox,
+never in the solution's (`probes.agent.judge`): `<name>_visible.py` is what the model's `run_tests`
+tool runs, `<name>_hidden.py` is what grades it and is never shown to the model.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ records by index, database errors as `StoreError`, a dead worker replaced, spill
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -102,3 +104,20 @@ async def test_a_worker_killed_mid_call_is_reaped_at_close(tmp_path: Path) -> No
         await call
     await store.aclose()
     assert proc.returncode is not None  # waited for, not left to the garbage collector mid-exit
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+async def test_the_worker_outlives_a_signal_to_the_whole_process_group(
+    store: ProcessStore, engine: Engine, sig: signal.Signals
+) -> None:
+    """Ctrl-C, `kill -TERM -PGID` and systemd's default KillMode signal every process of the
+    gateway at once: the worker keeps writing until the gateway, flushing its queue, closes the pipe."""
+    await store.write([(time.time(), record("before"))])
+    proc = store._proc  # noqa: SLF001 - the test signals it
+    assert proc is not None
+    proc.send_signal(sig)
+    await asyncio.sleep(0.3)
+    assert proc.returncode is None
+    await store.write([(time.time(), record("after"))])
+    assert store._proc is proc  # noqa: SLF001 - the same worker, not a replacement
+    assert stored(engine) == ["after", "before"]

@@ -25,6 +25,7 @@ import pytest
 
 from tests.probes.agent.conftest import solution
 from tests.probes.agent.test_grader import ATTACKS, WRONG
+from tests.probes.agent.test_grading_isolation import ATTACKS as GRADING_ATTACKS
 
 REPO = Path(__file__).resolve().parents[3]
 HARNESS = Path(__file__).with_name("gateway_harness.py")
@@ -438,6 +439,17 @@ STDOUT_ATTACKS = ("redirect stdout through a pipe", "close stdout and take its n
 def test_the_result_stream_cannot_be_rewritten(gateway: Gateway, attack: str) -> None:
     # As the gateway's user too: what fd 1 is (file, pipe, socket) decides whether it reopens.
     proc = gateway.start({"grade": "roman", "source": ATTACKS[attack] + WRONG})
+    out, err = finish(proc)
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    assert result["passed"] is False and result["stage"] in ("run", "behaviour"), result
+
+
+@pytest.mark.parametrize("attack", sorted(GRADING_ATTACKS))
+def test_a_wrong_solution_cannot_forge_its_grade(gateway: Gateway, attack: str) -> None:
+    # The attacks that forged a pass when the checks ran in the solution's process, by either user.
+    task, source = GRADING_ATTACKS[attack]
+    proc = gateway.start({"grade": task, "source": source})
     out, err = finish(proc)
     assert proc.returncode == 0, err
     result = json.loads(out)

@@ -249,6 +249,9 @@ assert "pread" not in REOPEN_STDOUT and "pwrite" not in REOPEN_STDOUT
 # Frees fd 1 so that its own pipe's write end takes the lowest free number, then as above.
 CLOSE_STDOUT = REDIRECT_STDOUT.replace("os.dup2(_w, 1)\nos.close(_w)", "os.close(1)\nassert os.dup(_w) == 1\nos.close(_w)")
 # Each reaches for the grading from inside the solution's process, at import or when first called.
+# They were written against the in-process check runner (`__main__` was the runner, whose frames
+# held the nonce); now `__main__` is the driver, which holds neither checks nor nonce, and they
+# stay as regression tests. test_grading_isolation.py has the attacks that beat that runner.
 ATTACKS = {
     "patch the runner": 'import sys\nrunner = sys.modules["__main__"]\nfor name in list(vars(runner)):\n'
                         '    if callable(getattr(runner, name)) and not isinstance(getattr(runner, name), type):\n'

@@ -96,10 +96,15 @@ async def test_stops_after_max_steps() -> None:
     assert (run.stop, run.steps, len(client.requests), run.tool_calls) == ("max_steps", 4, 4, 4)
     assert "0 of 1 checks passed" in tool_messages(client.requests[-1])[-1]
     assert run.grade is not None and not run.passed
-    assert [c.script for c in sandbox.calls] == ["_runner.py"] * 4  # three run_tests and the grader
-    # The checks travel on stdin (never as a file): the visible ones for run_tests, the hidden for grading.
-    assert "behaviour_" not in sandbox.calls[0].stdin and "behaviour_" in sandbox.calls[-1].stdin
-    assert not any("check" in name for c in sandbox.calls for name in c.files if name != "_runner.py")
+    # Three run_tests and the grader, each a judge's run and a solution's run.
+    judges = [c for c in sandbox.calls if c.script == "_judge.py"]
+    solutions = [c for c in sandbox.calls if c.script == "_driver.py"]
+    assert (len(judges), len(solutions), len(sandbox.calls)) == (4, 4, 8)
+    # The checks travel on the judge's stdin (never as a file): the visible ones for run_tests, the
+    # hidden for grading. The solution's run gets neither: no checks in its files or on its stdin.
+    assert "behaviour_" not in judges[0].stdin and "behaviour_" in judges[-1].stdin
+    assert all(set(c.files) == {"_judge.py"} for c in judges)
+    assert all(set(c.files) == {"roman.py", "_driver.py"} and c.stdin == "" for c in solutions)
 
 
 async def test_several_calls_in_one_turn_are_all_answered() -> None:

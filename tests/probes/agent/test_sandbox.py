@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -104,6 +105,29 @@ def test_timeout_leaves_no_process() -> None:
     assert result.timed_out and result.killed_by == "timeout" and result.exit_code is None
     time.sleep(0.2)
     assert survivors(marker) == []
+
+
+def test_stop_ends_the_run_and_leaves_no_process() -> None:
+    marker = "stop-marker"
+    stop = threading.Event()
+    threading.Timer(0.5, stop.set).start()
+    started = time.monotonic()
+    result = SubprocessSandbox(Limits(wall_seconds=30.0)).run(
+        {"main.py": "import time\nwhile True: time.sleep(0.1)"}, "main.py", args=(marker,), stop=stop)
+    assert result.killed_by == "stopped" and not result.timed_out and result.exit_code is None
+    assert time.monotonic() - started < 10.0  # the stop, not the 30 s wall clock
+    time.sleep(0.2)
+    assert survivors(marker) == []
+
+
+def test_passed_fds_reach_the_code_under_their_numbers() -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        code = "import socket, sys\ns = socket.socket(fileno=int(sys.argv[1]))\ns.sendall(s.recv(16)[::-1])\n"
+        ours.sendall(b"abc")
+        result = run(code, args=(str(theirs.fileno()),), pass_fds=(theirs.fileno(),))
+        assert result.ok, result.stderr
+        assert ours.recv(16) == b"cba"
 
 
 def test_stdin_reaches_the_code() -> None:
@@ -297,3 +321,29 @@ def test_a_killed_gateways_cgroup_is_swept_later() -> None:
         assert all(not d.exists() for d in leftover.dirs.values())
     finally:
         fresh.remove()
+
+
+def test_cgroup_v2_limits_are_written_in_v2_terms(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # This host's v2 hierarchy offers no controllers (memory, pids and cpu are bound to v1), so the
+    # kernel cannot enforce a v2 cgroup here: this checks what a v2 host would get, on a stand-in tree.
+    root = tmp_path / "unified"
+    (root / "gw").mkdir(parents=True)
+    (root / "gw" / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    real_mkdir = cgroup_module._mkdir
+
+    def kernel_like_mkdir(path: Path) -> bool:
+        made = real_mkdir(path)
+        if made:
+            (path / "cgroup.controllers").write_text("cpu memory pids\n")  # what the kernel would add
+        return made
+
+    monkeypatch.setattr(cgroup_module, "_mounts", lambda: [(str(root), "cgroup2", {"rw"})])
+    monkeypatch.setattr(cgroup_module, "_own_paths", lambda: {"": "/gw"})
+    monkeypatch.setattr(cgroup_module, "_mkdir", kernel_like_mkdir)
+    cgroup = SandboxCgroup.create(16, 256 * 1024 * 1024, 0.5)
+    assert cgroup is not None and cgroup.controllers == {"pids", "memory", "cpu"}
+    (d,) = set(cgroup.dirs.values())
+    assert d.parent == root / "gw" and cgroup.procs_files == [d / "cgroup.procs"]
+    assert (d / "pids.max").read_text() == "16" and (d / "memory.max").read_text() == str(256 * 1024 * 1024)
+    assert (d / "memory.swap.max").read_text() == "0" and (d / "cpu.max").read_text() == "50000 100000"
+    assert not (d / "memory.limit_in_bytes").exists()  # nothing in v1 terms

@@ -7,12 +7,11 @@ from collections import OrderedDict
 def smoke(m):
     c = m.LRUCache(50)
     rng = random.Random(0)
+    calls = []
     for _ in range(20000):
         k = rng.randrange(100)
-        if rng.random() < 0.5:
-            c.put(k, k)
-        else:
-            c.get(k)
+        calls.append((c.put, (k, k)) if rng.random() < 0.5 else (c.get, (k,)))
+    driver.calls(calls)  # noqa: F821 - from the judge: one request for them all
 
 
 def behaviour_stores(m):
@@ -90,18 +89,23 @@ def test_falsy_values(m):
 def test_against_model(m):
     rng = random.Random(42)
     c, model = m.LRUCache(5), OrderedDict()
+    calls, wants = [], []
     for step in range(3000):
         k = rng.randrange(12)
         if rng.random() < 0.5:
-            c.put(k, step)
+            calls.append((c.put, (k, step)))
+            wants.append(None)
             model[k] = step
             model.move_to_end(k)
             if len(model) > 5:
                 model.popitem(last=False)
         else:
-            got = c.get(k, -1)
-            want = model.get(k, -1)
+            calls.append((c.get, (k, -1)))
+            wants.append((step, k, model.get(k, -1)))
             if k in model:
                 model.move_to_end(k)
-            assert got == want, f"step {step}: get({k}) = {got}, expected {want}"
+    for got, want in zip(driver.calls(calls), wants):  # noqa: F821 - from the judge
+        if want is not None:
+            step, k, value = want
+            assert got == value, f"step {step}: get({k}) = {got}, expected {value}"
     assert c.keys() == list(model), (c.keys(), list(model))

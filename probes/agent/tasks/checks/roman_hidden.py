@@ -21,9 +21,12 @@ def _raises(fn, arg):
     return False
 
 
+def _to_roman_all(m):
+    return driver.calls([(m.to_roman, (n,)) for n in range(1, 4000)])  # noqa: F821 - from the judge
+
+
 def smoke(m):
-    for n in range(1, 4000):
-        m.from_roman(m.to_roman(n))
+    driver.calls([(m.from_roman, (s,)) for s in _to_roman_all(m)])  # noqa: F821 - from the judge
 
 
 def behaviour_converts_to_roman(m):
@@ -39,12 +42,13 @@ def behaviour_rejects_invalid(m):
 
 
 def test_all_values(m):
-    bad = [n for n in range(1, 4000) if m.to_roman(n) != _expected(n)]
+    bad = [n for n, got in zip(range(1, 4000), _to_roman_all(m)) if got != _expected(n)]
     assert not bad, f"wrong for {bad[:5]}"
 
 
 def test_round_trip(m):
-    bad = [n for n in range(1, 4000) if m.from_roman(_expected(n)) != n]
+    got = driver.calls([(m.from_roman, (_expected(n),)) for n in range(1, 4000)])  # noqa: F821 - from the judge
+    bad = [n for n, value in zip(range(1, 4000), got) if value != n]
     assert not bad, f"wrong for {bad[:5]}"
 
 

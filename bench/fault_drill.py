@@ -1,0 +1,350 @@
+"""The fault drill: gateway replicas behind nginx (deploy/nginx.conf) sharing a private Redis and a
+private PostgreSQL that the drill starts itself (never the machine's shared ones), in front of a
+faulty fake upstream (5xx, connection resets, slow first bytes, mid-stream cuts) and two healthy
+ones, under open-loop load with streams, through a timeline of faults:
+
+    upstream SIGKILL and return   one healthy upstream dies, comes back half a phase later
+    Redis SIGKILL and restart     the shared routing state goes away, comes back empty
+    PostgreSQL immediate stop     `pg_ctl stop -m immediate`, started again 3 s later
+    rolling restart               SIGTERM, wait for the exit, start again, for every replica in turn
+
+It prints, per phase, the requests sent, the client-visible errors by cause, latency p50/p99 and
+what each phase added over the baseline's; then request records written against requests
+answered (every answered request's x-request-id must have exactly one row). A healthy candidate
+exists throughout, so the target is 0 errors, except for a stream the faulty upstream cut after
+its first event: a committed stream cannot move to another endpoint, and ends with an error event.
+
+    python bench/fault_drill.py                    # 2 replicas, 200 req/s, 30% streams, 20 s phases
+    python bench/fault_drill.py --short            # CI's form: 50 req/s, 5 s phases (~45 s in all)
+    python bench/fault_drill.py --json out.json    # also write the figures (tests/ops/test_fault_drill.py)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx  # noqa: E402
+import yaml  # noqa: E402
+
+from tests.ops.cluster import ROOT, FakeUpstream, Gateway, Nginx, Postgres, Redis, free_port  # noqa: E402
+from tests.ops.load import Load, Outcome  # noqa: E402
+
+KEY = "sk-fault-drill-0001"
+PROMPT = "the fault drill asks for a short answer"
+# The faulty upstream: shares of its requests that fail, and how.
+FAULTS = ["0.2=status:500", "0.05=reset", "0.05=slow:3", "0.05=cut:3"]
+# A committed stream that breaks ends with the gateway's error event (gateway/pipeline/stream.py).
+CUT_AFTER_COMMIT = "stream cut after commit"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def config(upstreams: dict[str, FakeUpstream], redis: Redis, pg: Postgres, drain_delay: float) -> dict[str, Any]:
+    return {
+        "server": {"shutdown_timeout_s": 15, "drain_delay_s": drain_delay, "log_level": "warning"},
+        "auth": {"keys": [{"name": "drill", "key": KEY}]},
+        # First byte within 1 s: the faulty upstream's 3 s stalls time out and move on.
+        "timeouts": {"connect": 0.5, "first_byte": 1.0, "between_chunks": 2.0, "total": 30.0},
+        "retry": {"attempts_per_endpoint": 1, "max_attempts": 4, "backoff_base": 0.01, "backoff_max": 0.05},
+        "state_store": {"backend": "redis", "url": redis.url, "key_prefix": "drill:"},
+        "persistence": {"enabled": True, "flush_interval": 0.2},
+        "database": {"url": pg.url},
+        "providers": [{"name": name, "kind": "openai", "base_url": up.url} for name, up in upstreams.items()],
+        "deployments": [{"model": "m", "provider": name, "upstream_model": "m"} for name in upstreams],
+    }
+
+
+class Drill:
+    def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
+        self.args, self.dir = args, workdir
+        self.redis = Redis(free_port(), workdir)
+        self.pg = Postgres(free_port())
+        self.upstreams = {
+            "faulty": FakeUpstream("faulty", free_port(), workdir, ["--chunk-delay", "0.02", "--seed", "7",
+                                                                       *(a for f in FAULTS for a in ("--fault", f))]),
+            "healthy-a": FakeUpstream("healthy-a", free_port(), workdir, ["--chunk-delay", "0.02"]),
+            "healthy-b": FakeUpstream("healthy-b", free_port(), workdir, ["--chunk-delay", "0.02"]),
+        }
+        path = workdir / "gateway.yaml"
+        path.write_text(yaml.safe_dump(config(self.upstreams, self.redis, self.pg, args.drain_delay)))
+        self.config = path
+        self.gateways = [
+            Gateway(f"gw{i}", path, free_port(), workdir, {"GW_PERSISTENCE__SPILL_PATH": str(workdir / f"spill{i}.jsonl")})
+            for i in range(args.replicas)
+        ]
+        self.nginx = Nginx(free_port(), [g.port for g in self.gateways], workdir)
+        self.phases: list[tuple[str, float]] = []  # (name, start)
+        self.notes: list[str] = []
+
+    def start(self) -> None:
+        self.redis.start().wait_ready()
+        self.pg.init().start()
+        subprocess.run([sys.executable, "-m", "gateway.cli.gwctl", "db", "upgrade", "-c", str(self.config)], cwd=ROOT,
+                       check=True, capture_output=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+        for up in self.upstreams.values():
+            up.start()
+        for up in self.upstreams.values():
+            up.wait_ready()
+        for gw in self.gateways:
+            gw.start()
+        self.startup_s = max(gw.wait_ready(180) for gw in self.gateways)
+        self.nginx.start().wait_ready()
+
+    def stop(self) -> None:
+        for proc in (self.nginx, *self.gateways, *self.upstreams.values(), self.redis):
+            proc.stop(grace=30)
+        self.pg.cleanup()
+
+    def mark(self, name: str) -> None:
+        self.phases.append((name, time.monotonic()))
+        print(f"  {time.strftime('%H:%M:%S')} {name}", flush=True)
+
+    def snapshot(self) -> dict[str, float]:
+        """Counters for what one request costs the shared services and a replica (read in the baseline)."""
+        info = redis_info(self.redis.port)
+        pg = self.pg.psql("select xact_commit, tup_inserted, pg_current_wal_lsn() - '0/0' from pg_stat_database "
+                          "where datname = 'postgres'").split("|")
+        gw_pids = [gw.proc.pid for gw in self.gateways if gw.proc is not None]
+        return {
+            "t": time.monotonic(),
+            "redis_commands": info["total_commands_processed"],
+            "redis_in_bytes": info["total_net_input_bytes"], "redis_out_bytes": info["total_net_output_bytes"],
+            "pg_commits": float(pg[0]), "pg_rows": float(pg[1]), "pg_wal_bytes": float(pg[2]),
+            "gw_cpu_s": sum(cpu_s(pid) for pid in gw_pids),
+            "gw_rss_mb": max(tree_rss_mb(pid) for pid in gw_pids),
+        }
+
+    async def timeline(self, stop: asyncio.Event) -> None:
+        phase = self.args.phase
+        self.mark("baseline")
+        await asyncio.sleep(1.0)  # past the first requests' warm-up
+        self.cost_window = [await asyncio.to_thread(self.snapshot)]
+        await asyncio.sleep(phase - 1.0)
+        self.cost_window.append(await asyncio.to_thread(self.snapshot))
+
+        self.mark("upstream SIGKILL")
+        victim = self.upstreams["healthy-a"]
+        victim.signal(signal.SIGKILL)
+        await asyncio.sleep(phase / 2)
+        victim.start()
+        await asyncio.to_thread(victim.wait_ready)
+        await asyncio.sleep(phase / 2)
+
+        self.mark("Redis SIGKILL")
+        self.redis.signal(signal.SIGKILL)
+        await asyncio.sleep(2.0)
+        self.redis.start()
+        await asyncio.to_thread(self.redis.wait_ready)
+        await asyncio.sleep(max(0.0, phase - 2.0))
+
+        self.mark("PostgreSQL immediate stop")
+        await asyncio.to_thread(self.pg.stop, "immediate")
+        await asyncio.sleep(3.0)
+        await asyncio.to_thread(self.pg.start)
+        await asyncio.sleep(max(0.0, phase - 3.0))
+
+        self.mark("rolling restart")
+        restart_timeout = max(60.0, 10 * self.startup_s)
+        for gw in self.gateways:
+            gw.signal(signal.SIGTERM)
+            rc = await asyncio.to_thread(gw.wait, self.args.drain_delay + 30)
+            if rc != 0:
+                self.notes.append(f"{gw.name} exited with {rc} on SIGTERM")
+            gw.start()
+            await asyncio.to_thread(gw.wait_ready, restart_timeout)
+            await asyncio.sleep(1.0)
+        self.mark("after")
+        await asyncio.sleep(phase / 2)
+        stop.set()
+
+    async def run_load(self) -> list[Outcome]:
+        stop = asyncio.Event()
+        load = Load(self.nginx.url, KEY, "m", self.args.rate, stream_share=self.args.streams, timeout=60, prompt=PROMPT)
+        outcomes, _ = await asyncio.gather(load.run(3600, stop), self.timeline(stop))
+        return outcomes
+
+    def records(self) -> Counter[str]:
+        """request_id -> rows in request_log, after every replica has stopped (and so flushed)."""
+        out = self.pg.psql("select request_id from request_log")
+        return Counter(line for line in out.splitlines() if line)
+
+
+def redis_info(port: int) -> dict[str, float]:
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
+    try:
+        return {k: float(v) for k, v in client.info("stats").items() if isinstance(v, int | float)}
+    finally:
+        client.close()
+
+
+def cpu_s(pid: int) -> float:
+    """utime + stime of the process and its waited-for children (the persistence worker is not waited for)."""
+    total = 0.0
+    for p in [pid, *children(pid)]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return total
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def tree_rss_mb(pid: int) -> float:
+    total = 0.0
+    for p in [pid, *children(pid)]:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) / 1024
+        except OSError:
+            pass
+    return total
+
+
+def costs(drill: Drill, outcomes: list[Outcome]) -> dict[str, float]:
+    """Per request answered in the baseline window: Redis commands and bytes, PostgreSQL commits,
+    rows and WAL bytes, gateway CPU; and a replica's resident memory (gateway and its worker)."""
+    first, last = drill.cost_window
+    n = sum(1 for o in outcomes if first["t"] <= o.end < last["t"])
+    per = {k: (last[k] - first[k]) / max(n, 1) for k in first if k not in ("t", "gw_rss_mb")}
+    per["gw_cpu_ms"] = per.pop("gw_cpu_s") * 1000
+    # Redis traffic is mostly the replicas' periodic sync, not per request: per replica and second too.
+    seconds = last["t"] - first["t"]
+    per_s = (last["redis_commands"] - first["redis_commands"]) / seconds / len(drill.gateways)
+    return {**per, "requests": n, "replica_rss_mb": last["gw_rss_mb"], "redis_commands_per_replica_s": per_s}
+
+
+def classify(o: Outcome) -> str | None:
+    if o.cause is None:
+        return None
+    # The gateway's error event for a committed stream whose upstream broke (its first event, often
+    # only the role, already went out): nothing else could have answered it.
+    if o.stream and o.cause == "error event" and "stream broke off" in o.detail:
+        return CUT_AFTER_COMMIT
+    return o.cause
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def summarize(drill: Drill, outcomes: list[Outcome], records: Counter[str], faults: dict[str, int]) -> dict[str, Any]:
+    bounds = [*drill.phases, ("end", float("inf"))]
+    phases = []
+    for (name, start), (_, end) in zip(bounds, bounds[1:], strict=False):
+        # Requests and latency by when they started; errors by when the client saw them.
+        mine = [o for o in outcomes if start <= o.start < end]
+        ok = [(o.end - o.start) * 1000 for o in mine if o.ok]
+        errors = Counter(c for o in outcomes if start <= o.end < end and (c := classify(o)) is not None)
+        phases.append({"phase": name, "sent": len(mine), "errors": dict(errors), "p50_ms": pct(ok, 0.5),
+                       "p99_ms": pct(ok, 0.99)})
+    base = phases[0]
+    for p in phases:
+        p["added_p50_ms"] = p["p50_ms"] - base["p50_ms"]
+        p["added_p99_ms"] = p["p99_ms"] - base["p99_ms"]
+    answered = {o.request_id for o in outcomes if o.ok}
+    sent = {o.request_id for o in outcomes}
+    errors = Counter(c for o in outcomes if (c := classify(o)) is not None)
+    return {
+        "rate": drill.args.rate, "replicas": drill.args.replicas, "streams": drill.args.streams,
+        "duration_s": (outcomes[-1].start - outcomes[0].start) if outcomes else 0.0,
+        "sent": len(sent), "answered": len(answered), "errors": dict(errors),
+        "avoidable_errors": sum(n for c, n in errors.items() if c != CUT_AFTER_COMMIT),
+        "records": sum(records[i] for i in sent), "answered_without_record": len(answered - records.keys()),
+        "duplicates": sum(1 for i in sent if records[i] > 1),
+        "injected": faults, "phases": phases, "notes": drill.notes,
+        "per_request": costs(drill, outcomes),
+        "error_samples": [{"cause": classify(o), "stream": o.stream, "detail": o.detail} for o in outcomes if o.cause][:20],
+    }
+
+
+def table(s: dict[str, Any]) -> str:
+    rows = [f"{'phase':<26} {'sent':>6} {'p50 ms':>8} {'p99 ms':>8} {'+p50':>7} {'+p99':>7}  errors by cause"]
+    for p in s["phases"]:
+        errors = ", ".join(f"{c}: {n}" for c, n in sorted(p["errors"].items())) or "0"
+        rows.append(f"{p['phase']:<26} {p['sent']:>6} {p['p50_ms']:>8.1f} {p['p99_ms']:>8.1f} "
+                    f"{p['added_p50_ms']:>+7.1f} {p['added_p99_ms']:>+7.1f}  {errors}")
+    rows.append("")
+    rows.append(f"{s['replicas']} replicas, {s['rate']:g} req/s open loop, {s['streams']:.0%} streams, "
+                f"{s['duration_s']:.0f} s: {s['sent']} sent, {s['answered']} answered, "
+                f"{s['avoidable_errors']} errors with a healthy candidate, "
+                f"{s['errors'].get(CUT_AFTER_COMMIT, 0)} streams cut after commit")
+    rows.append(f"request records: {s['records']} for {s['sent']} requests sent; answered without a record: "
+                f"{s['answered_without_record']}; duplicated: {s['duplicates']}")
+    c = s["per_request"]
+    rows.append(f"per request (baseline, {c['requests']:.0f} requests): Redis {c['redis_commands']:.2f} commands, "
+                f"{c['redis_in_bytes']:.0f} B in, {c['redis_out_bytes']:.0f} B out "
+                f"({c['redis_commands_per_replica_s']:.0f} commands/s per replica); PostgreSQL {c['pg_commits']:.3f} commits, "
+                f"{c['pg_rows']:.2f} rows, {c['pg_wal_bytes']:.0f} B of WAL; gateway CPU {c['gw_cpu_ms']:.2f} ms; "
+                f"a replica's RSS {c['replica_rss_mb']:.0f} MB")
+    rows.append("faults the faulty upstream injected: " + ", ".join(f"{k} {v}" for k, v in sorted(s["injected"].items())))
+    rows.extend(s["notes"])
+    return "\n".join(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--rate", type=float, default=200.0, help="requests a second (open loop)")
+    parser.add_argument("--streams", type=float, default=0.3, help="share of streamed requests")
+    parser.add_argument("--phase", type=float, default=20.0, help="seconds per fault phase")
+    parser.add_argument("--drain-delay", type=float, default=5.0, help="server.drain_delay_s of the replicas")
+    parser.add_argument("--short", action="store_true", help="CI's form: 50 req/s, 5 s phases")
+    parser.add_argument("--json", type=Path, help="write the summary here too")
+    parser.add_argument("--keep", action="store_true", help="keep the run's directory (logs, configs)")
+    args = parser.parse_args()
+    if args.short:
+        args.rate, args.phase = 50.0, 5.0
+    workdir = Path(tempfile.mkdtemp(prefix="fault-drill-"))
+    drill = Drill(args, workdir)
+    try:
+        print(f"fault drill in {workdir}", flush=True)
+        drill.start()
+        outcomes = asyncio.run(drill.run_load())
+        faults = httpx.get(f"http://127.0.0.1:{drill.upstreams['faulty'].port}/_faults", timeout=5).json()
+        for gw in drill.gateways:  # each flushes its queued records on the way out
+            gw.stop(grace=30)
+        if not drill.pg.running:
+            drill.pg.start()
+        summary = summarize(drill, outcomes, drill.records(), faults)
+    except BaseException:
+        for proc in (*drill.gateways, drill.nginx):
+            print(f"--- {proc.name} log tail:\n{proc.log_tail()}", file=sys.stderr)
+        raise
+    finally:
+        drill.stop()
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(table(summary))
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

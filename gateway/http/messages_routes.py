@@ -1,0 +1,178 @@
+"""The Anthropic Messages API (`POST /v1/messages`, `POST /v1/messages/count_tokens`) in front of
+chat upstreams. The request is translated (`gateway.translate.anthropic_request`) into the internal
+chat request, which then takes the same stages as /v1/chat/completions (resolve, route, dispatch,
+relay, account); the answer or stream is translated back (`gateway.translate.anthropic_response`).
+
+Keys: the gateway's own, in `x-api-key` (what the SDK and Claude Code send with an API key) or as
+`Authorization: Bearer` (ANTHROPIC_AUTH_TOKEN). `anthropic-version` and `anthropic-beta` are accepted
+and change nothing. Errors are Anthropic's shape (`gateway.http.anthropic_errors`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from gateway.errors import AuthenticationFailed, GatewayError
+from gateway.http.anthropic_errors import anthropic_error_body, anthropic_error_event
+from gateway.http.openai_routes import (
+    ClientGone,
+    InferenceEndpoint,
+    _header,
+    _route_and_dispatch,
+    _send_json,
+    _until_disconnect,
+    note_failure,
+    read_body,
+)
+from gateway.pipeline.context import RequestContext
+from gateway.pipeline.dispatch import Completed
+from gateway.pipeline.resolve import resolve
+from gateway.pipeline.validate import _depth as check_depth
+from gateway.pipeline.validate import parse_json
+from gateway.state import AppState
+from gateway.translate.anthropic_request import ChatRequest, to_chat
+from gateway.translate.anthropic_response import MessagesStream, new_message_id, to_message
+
+# count_tokens counts with the gateway's own tokenizer, not the routed model's: said in a header.
+COUNT_METHOD = "estimate; cl100k_base (the gateway's offline tokenizer, not the model's)"
+
+
+def authenticate(state: AppState, scope: Scope) -> str | None:
+    """The key's name (None under open access): the gateway key in `x-api-key` or as a Bearer token.
+    With both headers, either may hold it (Claude Code sends ANTHROPIC_API_KEY as x-api-key beside
+    ANTHROPIC_AUTH_TOKEN as Bearer); without a valid one the request fails."""
+    api_key = _header(scope, b"x-api-key")
+    authorization = _header(scope, b"authorization")
+    if not api_key and not authorization:
+        try:
+            return state.auth.authenticate(None)
+        except AuthenticationFailed as exc:
+            raise AuthenticationFailed(
+                "You didn't provide an API key: send the gateway key in the x-api-key header "
+                "(or as Authorization: Bearer YOUR_KEY)."
+            ) from exc
+    if api_key:
+        try:
+            return state.auth.authenticate(f"Bearer {api_key}")
+        except AuthenticationFailed:
+            if not authorization:
+                raise
+    return state.auth.authenticate(authorization)
+
+
+async def _send_error(send: Send, exc: GatewayError, headers: dict[str, str]) -> None:
+    merged = {**headers, **exc.headers}
+    await _send_json(send, exc.status_code, orjson.dumps(anthropic_error_body(exc, merged.get("x-request-id"))), merged)
+
+
+async def _read(state: AppState, scope: Scope, receive: Receive, *, counting: bool) -> ChatRequest:
+    server = state.settings.server
+    raw = await read_body(scope, receive, server.max_body_bytes)
+    body = parse_json(raw)
+    check_depth(body, server.max_json_depth)
+    return to_chat(body, counting=counting)
+
+
+def _prompt_estimate(ctx: RequestContext) -> int:
+    """The routed request's prompt size (exact where routing counted it): message_start's
+    input_tokens until message_delta brings the upstream's own count."""
+    features = getattr(ctx.route, "features", None)
+    return int(features.prompt_tokens) if features is not None else 0
+
+
+class MessagesEndpoint(InferenceEndpoint):
+    """POST /v1/messages: the chat pipeline between two translations."""
+
+    def __init__(self) -> None:
+        super().__init__("chat")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state: AppState = scope["state"]["gw"]
+        clock = state.clock
+        ctx = RequestContext(request_id=scope["gateway.request_id"], op="chat", started=clock())
+        if state.accountant.keep_bodies:
+            ctx.response_parts = []
+        try:
+            ctx.key_name = authenticate(state, scope)
+            request = await _read(state, scope, receive, counting=False)
+            ctx.body, ctx.model, ctx.stream = request.body, request.model, request.stream
+            candidates = resolve(state.catalog, "chat", ctx.model, ctx.body)
+            result = await _until_disconnect(receive, _route_and_dispatch(state, ctx, candidates))
+        except ClientGone:
+            if ctx.model:
+                ctx.status, ctx.error = 499, "ClientDisconnected"
+                state.accountant.record(ctx)
+            return
+        except GatewayError as exc:
+            note_failure(ctx, exc)
+            try:
+                await _send_error(send, exc, ctx.response_headers(clock()))
+            finally:
+                state.accountant.record(ctx)
+            return
+        message_id = new_message_id()
+        if isinstance(result, Completed):
+            if ctx.response_parts is not None:
+                ctx.response_parts.append(result.body)
+            message = to_message(
+                orjson.loads(result.body),
+                model=request.model,
+                message_id=message_id,
+                stop_sequences=request.stop_sequences,
+                thinking=request.thinking,
+            )
+            try:
+                await _send_json(send, 200, orjson.dumps(message), ctx.response_headers(clock()))
+            finally:
+                state.accountant.record(ctx)
+            return
+        framing = MessagesStream(
+            model=request.model,
+            message_id=message_id,
+            input_tokens=_prompt_estimate(ctx),
+            stop_sequences=request.stop_sequences,
+            thinking=request.thinking,
+        )
+        await self._stream(state, ctx, result, receive, send, framing=framing, error_event=anthropic_error_event)
+
+
+class CountTokensEndpoint:
+    """POST /v1/messages/count_tokens: the translated prompt counted with cl100k_base, the way the
+    gateway counts chat prompts for routing. An estimate for any other tokenizer, and says so."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _count_tokens(scope, receive, send)
+
+
+async def _count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
+    state: AppState = scope["state"]["gw"]
+    headers = {"x-request-id": scope["gateway.request_id"]}
+    try:
+        authenticate(state, scope)
+        request = await _read(state, scope, receive, counting=True)
+        resolve(state.catalog, "chat", request.model, request.body)  # an unknown model is a 404
+        assert state.router is not None  # build_state always makes one
+        counter = state.router.counter
+        tokens = await asyncio.to_thread(counter.count_chat, request.body["messages"], request.body.get("tools"))
+    except ClientGone:
+        return
+    except GatewayError as exc:
+        await _send_error(send, exc, headers)
+        return
+    body: dict[str, Any] = {"input_tokens": tokens}
+    await _send_json(send, 200, orjson.dumps(body), {**headers, "x-gateway-token-count": COUNT_METHOD})
+
+
+messages = MessagesEndpoint()
+count_tokens = CountTokensEndpoint()
+
+fast_routes = {"/v1/messages": messages, "/v1/messages/count_tokens": count_tokens}
+routes = [
+    Route("/v1/messages", messages, methods=["POST"]),
+    Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+]
