@@ -229,3 +229,21 @@ def test_fail_closed_without_redis_refuses_limited_keys_and_says_so_in_readyz(st
     assert ready.status_code == 503
     limits = ready.json()["limits"]
     assert limits["state"] == "refusing" and limits["on_store_failure"] == "closed" and "redis" in limits["reason"]
+
+
+def test_limits_bind_the_messages_route_too(start: Callable[..., GatewayServer]) -> None:
+    """/v1/messages runs the same stage: the key's rpm counts its requests, and the refusal is
+    Anthropic's 429 rate_limit_error with the same headers."""
+    import httpx
+
+    gw = start(settings({"backend": "memory"}))
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"x-api-key": KEYS["rpm"], "anthropic-version": "2023-06-01"}
+    with httpx.Client(base_url=gw.root, timeout=10) as http:
+        for _ in range(10):
+            ok = http.post("/v1/messages", json=body, headers=headers)
+            assert ok.status_code == 200, ok.text
+        refused = http.post("/v1/messages", json=body, headers=headers)
+    assert refused.status_code == 429
+    assert refused.json()["type"] == "error" and refused.json()["error"]["type"] == "rate_limit_error"
+    assert refused.headers["x-ratelimit-limit-requests"] == "10" and int(refused.headers["retry-after"]) >= 1
