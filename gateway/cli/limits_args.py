@@ -39,7 +39,7 @@ def _parse(name: str, raw: Any, kind: Callable[[str], Any]) -> Any:
             return None
         try:
             value = kind(raw)
-        except ValueError:
+        except (ValueError, TypeError):
             raise argparse.ArgumentTypeError(f"--{name}: {raw!r} is not valid") from None
     else:
         value = raw
@@ -58,7 +58,7 @@ def _expiry(raw: str) -> datetime:
 def _metadata(raw: str) -> dict[str, Any]:
     value = json.loads(raw)
     if not isinstance(value, dict):
-        raise ValueError("not an object")
+        raise TypeError("not an object")
     return value
 
 

@@ -23,6 +23,7 @@ from gateway.persistence import keys as key_repo
 from gateway.persistence import teams as team_repo
 from gateway.persistence.key_views import views
 from gateway.state import AppState
+from gateway.state_store.base import StoreUnavailable
 
 
 class _Limits(BaseModel):
@@ -79,7 +80,7 @@ async def _views(state: AppState) -> tuple[list[dict[str, Any]], list[dict[str, 
     slots = [(scope, period_bounds(r["budget_period"], now)[0]) for scope, r in wanted]
     try:
         live = await limits.store.spend(slots) if slots else []
-    except Exception:  # the store is away: the recorded spend stands
+    except StoreUnavailable:  # the store is away: the recorded spend stands
         return key_rows, team_rows
     for (_, row), micro in zip(wanted, live):
         if micro is not None:

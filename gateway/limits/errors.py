@@ -3,7 +3,12 @@ PermissionDeniedError for 403, AuthenticationError for 401)."""
 
 from __future__ import annotations
 
-from gateway.errors import AuthenticationFailed, PermissionDenied, RateLimited, Unavailable
+from gateway.errors import (
+    AuthenticationFailed,
+    PermissionDenied,
+    RateLimited,
+    Unavailable,
+)
 
 
 class QuotaExceeded(RateLimited):

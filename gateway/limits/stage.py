@@ -18,18 +18,38 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.catalog import Endpoint
 from gateway.config import Price, Settings
-from gateway.limits.errors import KeyExpired, LimitsUnavailable, ModelNotAllowed, QuotaExceeded, openai_duration
-from gateway.limits.policy import KeyRecord, Scope, model_allowed, period_bounds, scope_from, to_micro
+from gateway.errors import RateLimited
+from gateway.limits.errors import (
+    KeyExpired,
+    LimitsUnavailable,
+    ModelNotAllowed,
+    QuotaExceeded,
+    openai_duration,
+)
+from gateway.limits.policy import (
+    KeyRecord,
+    Scope,
+    model_allowed,
+    period_bounds,
+    scope_from,
+    to_micro,
+)
 from gateway.limits.settings import Period
-from gateway.limits.store import Charge, LimitStore, MemoryLimitStore, ScopeUsage, Settlement, Verdict
+from gateway.limits.store import (
+    Charge,
+    LimitStore,
+    MemoryLimitStore,
+    ScopeUsage,
+    Settlement,
+    Verdict,
+)
 from gateway.pipeline.account import cost_usd
 from gateway.pipeline.context import RequestContext
-from gateway.errors import RateLimited
 from gateway.state_store.base import StoreUnavailable
 
 log = logging.getLogger("gateway.limits")
@@ -69,8 +89,6 @@ def config_records(settings: Settings) -> dict[str, KeyRecord]:
 
 
 def _with(scope: Scope, **changes: Any) -> Scope:
-    from dataclasses import replace
-
     return replace(scope, **changes)
 
 

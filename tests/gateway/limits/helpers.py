@@ -17,7 +17,12 @@ from gateway.limits.store import LimitStore, MemoryLimitStore
 from gateway.pipeline.context import RequestContext
 from providers.base import Usage
 from tests.fakes.catalog import make_endpoint
-from tests.gateway.state_store.redis_helpers import REDIS_URL, delete_prefix, redis_available, unique_prefix
+from tests.gateway.state_store.redis_helpers import (
+    REDIS_URL,
+    delete_prefix,
+    redis_available,
+    unique_prefix,
+)
 from tests.services import require
 
 # $100 per 1M output tokens, nothing for input: 100 output tokens cost exactly $0.01.

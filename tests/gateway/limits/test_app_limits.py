@@ -20,7 +20,12 @@ from gateway.limits.store import MemoryLimitStore
 from providers.base import UpstreamRequest
 from providers.http_mock import MockHTTPClient, MockResponse
 from tests.fakes.servers import BackgroundLoop, GatewayServer
-from tests.gateway.state_store.redis_helpers import REDIS_URL, delete_prefix, redis_available, unique_prefix
+from tests.gateway.state_store.redis_helpers import (
+    REDIS_URL,
+    delete_prefix,
+    redis_available,
+    unique_prefix,
+)
 from tests.services import require
 
 KEYS = {name: f"sk-limits-{name}-000001" for name in ("rpm", "budget", "narrow", "old", "free", "one")}
@@ -164,7 +169,7 @@ async def test_400_concurrent_requests_cannot_overspend_a_budget(
             spent = int(r.get(f"{redis_prefix}lim:bud:key:budget:{period}") or 0)
             if spent == 1_000_000 or time.monotonic() > deadline:
                 break
-            time.sleep(0.05)
+            await asyncio.sleep(0.05)
     finally:
         r.close()
     assert spent == 1_000_000  # micro-dollars: $1.00 to the cent (and below it, to the micro-dollar)

@@ -12,10 +12,22 @@ from typing import Any
 import pytest
 
 from gateway.errors import AuthenticationFailed, PermissionDenied, RateLimited
-from gateway.limits.errors import KeyExpired, LimitsUnavailable, ModelNotAllowed, QuotaExceeded
+from gateway.limits.errors import (
+    KeyExpired,
+    LimitsUnavailable,
+    ModelNotAllowed,
+    QuotaExceeded,
+)
 from gateway.limits.policy import period_bounds
 from gateway.limits.redis_store import RedisLimitStore
-from tests.gateway.limits.helpers import ENDPOINT, Stores, answered, ctx, limiter, settings
+from tests.gateway.limits.helpers import (
+    ENDPOINT,
+    Stores,
+    answered,
+    ctx,
+    limiter,
+    settings,
+)
 
 
 async def test_two_replicas_share_one_rpm_limit(stores: Stores) -> None:
