@@ -1,8 +1,8 @@
 """Teams, and the limits a key or team can have: rpm, tpm, parallel requests, a budget per period,
 allowed models, an expiry and metadata; a key belongs to an optional team.
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-12-01
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004"
-down_revision = "0003"
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
