@@ -223,7 +223,7 @@ routes = [
 
 def openapi_paths(op: Any, listing: dict[str, Any]) -> dict[str, Any]:
     """This module's part of the admin API's OpenAPI description (`admin_openapi`)."""
-    limits = {
+    limits: dict[str, Any] = {
         "type": "object",
         "properties": {
             "rpm": {"type": ["integer", "null"], "minimum": 1},

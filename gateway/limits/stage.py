@@ -239,7 +239,8 @@ class Limiter(RecordObserver):
         f = getattr(ctx.route, "features", None)
         body = ctx.body
         prompt = f.prompt_tokens if f is not None else len(str(body)) // 4 + 1
-        n = body.get("n") if isinstance(body.get("n"), int) and body.get("n", 1) > 0 else 1
+        asked = body.get("n")
+        n = asked if isinstance(asked, int) and asked > 0 else 1
         out = f.max_output_tokens if f is not None else None
         tokens = prompt + (f.expected_output_tokens if f is not None else 0)
         worst = 0.0

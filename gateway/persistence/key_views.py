@@ -66,7 +66,7 @@ def views(engine: Engine, now: float, live: LiveSpend | None = None) -> tuple[li
             **{name: value for name, value in figures.items() if name not in ("rpm", "tpm")},
         }
         if k.team and k.team in team_limits:
-            t = team_limits[k.team]
-            row["team_budget"] = {n: t[n] for n in ("budget_usd", "budget_period", "spend_usd", "remaining_usd", "budget_resets_at")}
+            team = team_limits[k.team]
+            row["team_budget"] = {n: team[n] for n in ("budget_usd", "budget_period", "spend_usd", "remaining_usd", "budget_resets_at")}
         key_rows.append(row)
     return key_rows, team_rows
