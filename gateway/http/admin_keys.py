@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.http.admin_api import _handler, _json, _persistence, _query
+from gateway.http.admin_handlers import _handler, _json, _persistence, _query
 from gateway.limits.policy import period_bounds
 from gateway.persistence import keys as key_repo
 from gateway.persistence import teams as team_repo
