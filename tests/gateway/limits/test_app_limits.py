@@ -252,3 +252,17 @@ def test_limits_bind_the_messages_route_too(start: Callable[..., GatewayServer])
     assert refused.status_code == 429
     assert refused.json()["type"] == "error" and refused.json()["error"]["type"] == "rate_limit_error"
     assert refused.headers["x-ratelimit-limit-requests"] == "10" and int(refused.headers["retry-after"]) >= 1
+
+
+def test_limits_bind_the_responses_route_too(start: Callable[..., GatewayServer]) -> None:
+    """/v1/responses (over the chat pipeline) runs the same stage: the key's rpm counts its
+    requests, and the refusal is the OpenAI SDK's RateLimitError with the rate headers."""
+    gw = start(settings({"backend": "memory"}))
+    with client(gw, "rpm") as c:
+        for _ in range(10):
+            c.responses.create(model="m", input="hi", max_output_tokens=16, store=False)
+        with pytest.raises(openai.RateLimitError) as refused:
+            c.responses.create(model="m", input="hi", max_output_tokens=16, store=False)
+    exc = refused.value
+    assert exc.status_code == 429 and exc.code == "rate_limit_exceeded"
+    assert exc.response.headers["x-ratelimit-limit-requests"] == "10" and int(exc.response.headers["retry-after"]) >= 1
