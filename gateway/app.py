@@ -21,6 +21,7 @@ from gateway.health_states import DATABASE_SINK, STORE_SINK, HealthStates, Trans
 from gateway.http import (
     admin,
     admin_api,
+    admin_keys,
     admin_probes,
     dashboard,
     health,
@@ -33,6 +34,8 @@ from gateway.http import metrics as metrics_route
 from gateway.http.errors import method_not_allowed, not_found, server_error
 from gateway.http.fast import GatewayApp
 from gateway.http.middleware import RequestIdMiddleware
+from gateway.limits.store import LimitStore
+from gateway.limits.wiring import build_limiter
 from gateway.metrics import build_metrics
 from gateway.pipeline.account import Accountant
 from gateway.pipeline.auth import Authenticator, open_by_config
@@ -72,6 +75,7 @@ def build_state(
     rng: random.Random | None = None,
     store: StateStore | None = None,
     drain: Drain | None = None,
+    limit_store: LimitStore | None = None,
 ) -> AppState:
     catalog = Catalog([*endpoints_from_settings(settings), *extra_endpoints], created=int(time.time()))
     breaker = CircuitBreaker(settings.breaker, max_block_s=settings.retry.max_retry_after_block)
@@ -107,6 +111,9 @@ def build_state(
         beat=sync_beat,
     )
     router = Router(settings.routing, catalog, shared, clock=clock, rng=random.Random(rng.random()) if rng else None)
+    # Key limits and budgets are the limits stage's (gateway.limits), routing.keys' rpm/tpm included.
+    limiter = build_limiter(settings, prices.get, store=limit_store)
+    router.admit_keys = False
     tool_monitor = ToolCallMonitor(
         health_states,
         settings.probes.health,
@@ -121,6 +128,7 @@ def build_state(
             BreakerFeedback(breaker),
             router,
             tool_monitor,
+            limiter,
             *([metrics.sink] if metrics else []),
             *([persistence.queue] if persistence else []),
         ]
@@ -146,6 +154,7 @@ def build_state(
         shared=shared,
         tool_monitor=tool_monitor,
         responses=ResponseStore(store, ttl_s=settings.responses.ttl_s),
+        limits=limiter,
         loops=loops,
         sessions=SessionStore(idle=settings.auth.session_idle_timeout_s),
         admin_failures=FailureLimiter(settings.auth.admin_failures_per_minute),
@@ -189,6 +198,8 @@ async def close_within(state: AppState, scheduler: Any, client: HTTPClient, dead
         "the state store's last push",
         reserve=engine_stop,
     )
+    if state.limits is not None:  # settlements in flight
+        await deadline.run(state.limits.aclose(), "the limits' settlements", reserve=engine_stop)
     await deadline.run(client.aclose(), "the upstream client", reserve=engine_stop)
 
 
@@ -203,6 +214,7 @@ def create_app(
     store: StateStore | None = None,
     shutdown: Deadline | None = None,
     drain: Drain | None = None,
+    limit_store: LimitStore | None = None,
 ) -> Starlette:
     """`shutdown`: the server's shutdown deadline (`gwctl serve` starts it when uvicorn begins to
     drain); without one the lifespan closes within `closing_budget`. `drain`: set by the server on
@@ -215,12 +227,13 @@ def create_app(
         state = build_state(
             settings, client=client, extra_endpoints=extra_endpoints, engines=engines, clock=clock, rng=rng, store=store,
             drain=drain,
+            limit_store=limit_store,
         )
         assert state.shared is not None
         await state.shared.sync_once()  # the shared view before the first request
         state.shared.start()
         if state.persistence is not None:
-            await state.persistence.start(state.catalog, state.auth, state.health)
+            await state.persistence.start(state.catalog, state.auth, state.health, limits=state.limits)
         if state.auth.open_access:
             log.warning("auth is open (auth.open, or no key configured): the API accepts requests without a key")
         state.probes = build_runner(state)
@@ -241,7 +254,8 @@ def create_app(
         fast_routes={**openai_routes.fast_routes, **messages_routes.fast_routes, **responses_routes.fast_routes},
         routes=[
             *openai_routes.routes, *messages_routes.routes, *responses_routes.routes, *health.routes, *admin.routes,
-            *admin_api.routes, *admin_probes.routes, *metrics_route.routes, *route_admin.routes, *dashboard.routes,
+            *admin_api.routes, *admin_keys.routes, *admin_probes.routes, *metrics_route.routes, *route_admin.routes,
+            *dashboard.routes,
         ],
         middleware=[Middleware(RequestIdMiddleware), Middleware(admin.NoStoreMiddleware)],
         exception_handlers={404: not_found, 405: method_not_allowed, Exception: server_error},

@@ -22,6 +22,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from gateway.limits.settings import LimitsConfig
 from gateway.persistence.config import DatabaseConfig, PersistenceConfig, RetentionConfig
 from gateway.pipeline.settings import AuthConfig
 from gateway.routing.settings import BreakerConfig, RetryConfig, RoutingConfig
@@ -108,6 +109,7 @@ class Settings(BaseSettings):
     engines: tuple[EngineConfig, ...] = ()
     routing: RoutingConfig = RoutingConfig()
     state_store: StateStoreConfig = StateStoreConfig()
+    limits: LimitsConfig = LimitsConfig()
     database: DatabaseConfig = DatabaseConfig()
     persistence: PersistenceConfig = PersistenceConfig()
     retention: RetentionConfig = RetentionConfig()
@@ -147,6 +149,9 @@ class Settings(BaseSettings):
         dup = _first_duplicate([k.name for k in self.auth.keys])
         if dup:
             raise ValueError(f"auth.keys: duplicate key name {dup!r}")
+        for k in self.auth.keys:
+            if k.team is not None and k.team not in self.limits.teams:
+                raise ValueError(f"auth.keys: key {k.name!r} names team {k.team!r}, which limits.teams does not define")
         dup = _first_duplicate([e.name for e in self.engines] + names)
         if dup:
             raise ValueError(f"engines: name {dup!r} is already used by another engine or provider")

@@ -11,6 +11,7 @@ from gateway.admin_sessions import SessionStore
 from gateway.catalog import Catalog
 from gateway.config import Settings
 from gateway.health_states import HealthStates
+from gateway.limits.stage import Limiter
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.account import Accountant
 from gateway.pipeline.auth import Authenticator
@@ -59,6 +60,8 @@ class AppState:
     tool_monitor: ToolCallMonitor | None = None
     # Stored Responses API responses (`store: true`), in the state store: shared when it is.
     responses: ResponseStore | None = None
+    # Per-key and per-team limits and budgets: a stage before dispatch and a request observer.
+    limits: Limiter | None = None
     # The background loops' heartbeats (/readyz, /metrics).
     loops: LoopHealth = field(default_factory=LoopHealth)
     # Every party that learns from requests (`gateway.pipeline.observe`): the stream stage tells it

@@ -27,15 +27,21 @@ LOG_EVERY = 60.0  # seconds between two log lines about the same loop's trouble
 ERROR_PAUSE = 1.0  # at least this long between two rounds after an unexpected failure
 
 
+# How long to wait for a cancelled task before cancelling it again.
+RECANCEL_S = 0.1
+
+
 async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
-    """Cancel `task` (if any) and wait until it has finished unwinding."""
+    """Cancel `task` (if any) and wait until it has finished unwinding. The cancellation is
+    repeated while the task runs on: a library may drop one (on Python 3.11, `asyncio.wait_for`
+    does when what it waits for completes at that moment, and redis-py awaits one per write)."""
     if task is None:
         return
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        pass
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=RECANCEL_S)
+    if not task.cancelled():
+        task.result()  # its own failure, as `await task` would raise it
 
 
 class Heartbeat:

@@ -48,6 +48,8 @@ def test_every_import_points_down_the_layers() -> None:
         ("gateway/persistence/records.py", "gateway.http.errors"),
         ("probes/runner.py", "gateway.pipeline.context"),  # probes sit beside the pipeline, not above it
         ("gateway/translate/anthropic_request.py", "gateway.pipeline.context"),  # pure translation, below the stages
+        ("gateway/limits/stage.py", "gateway.persistence.keys"),  # limits sit below persistence
+        ("gateway/pipeline/dispatch.py", "gateway.limits.stage"),  # and above the pipeline's stages
         ("gateway/http/route_admin.py", "gateway.cli.route"),
     ],
 )

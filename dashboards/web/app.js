@@ -603,7 +603,38 @@
 
   // --- keys and spend ------------------------------------------------------------------------
 
+  // Limits, this period's spend and what is left of the budget (live where the limiter counts it).
+  function budgetCells(r) {
+    const budget = none(r.budget_usd) ? DASH : usd(r.budget_usd, 2) + " / " + r.budget_period;
+    return [el("td", { class: "num" }, num(r.rpm === undefined ? r.rpm_limit : r.rpm)),
+      el("td", { class: "num" }, num(r.tpm === undefined ? r.tpm_limit : r.tpm)),
+      el("td", { class: "num" }, num(r.max_parallel)), el("td", {}, budget),
+      el("td", { class: "num" }, usd(r.spend_usd, 2)), el("td", { class: "num" }, usd(r.remaining_usd, 2)),
+      el("td", {}, none(r.budget_resets_at) ? DASH : when(r.budget_resets_at))];
+  }
+
+  function renderLimits(tableId, emptyId, result, first, cells, what) {
+    const rows = (result.data && result.data.data) || [];
+    const table = $(tableId);
+    simpleHead(table, [...first, "RPM ", "TPM ", "Parallel ", "Budget", "Spent ", "Left ", "Resets"]);
+    const body = clear(table.tBodies[0]);
+    for (const r of rows) body.append(el("tr", {}, ...cells(r), ...budgetCells(r)));
+    const empty = $(emptyId);
+    empty.textContent = result.error ? what + " are unavailable: " + result.error.message : "No " + what.toLowerCase() + " in the database.";
+    show(empty, rows.length === 0);
+    show(table.parentNode, rows.length > 0);
+  }
+
+  async function loadKeys() {
+    const [keys, teams] = await Promise.all([optional("/admin/api/keys"), optional("/admin/api/teams")]);
+    renderLimits("keys-table", "keys-empty", keys, ["Key", "Team", "Status"],
+      (k) => [el("td", {}, k.name), el("td", {}, k.team || DASH), el("td", {}, k.status)], "Keys");
+    renderLimits("teams-table", "teams-empty", teams, ["Team", "Keys "],
+      (t) => [el("td", {}, t.name), el("td", { class: "num" }, num(t.keys.length))], "Teams");
+  }
+
   async function loadSpend() {
+    await loadKeys();
     const spend = await optional("/admin/api/spend?days=" + encodeURIComponent($("sp-days").value));
     const rows = (spend.data && spend.data.data) || [];
     const table = $("spend-table");

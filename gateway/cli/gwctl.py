@@ -15,6 +15,7 @@ from gateway.cli import keys as keys_cmd
 from gateway.cli import probe as probe_cmd
 from gateway.cli import route as route_cmd
 from gateway.cli import serve as serve_cmd
+from gateway.cli import teams as teams_cmd
 from gateway.cli import worker as worker_cmd
 from kernel.errors import ConfigError
 from probes.testbed import cli as testbed_cmd
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     route_cmd.add_parser(sub)
     db_cmd.add_parser(sub)
     keys_cmd.add_parser(sub)
+    teams_cmd.add_parser(sub)
     testbed_cmd.add_parser(sub)
     probe_cmd.add_parser(sub)
     worker_cmd.add_parser(sub)

@@ -7,54 +7,29 @@ Handlers are thin: parse, run one query off the event loop (`Database.run`), ser
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import orjson
-from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.health_states import DATABASE_SINK
-from gateway.http.admin import _guard
+from gateway.http.admin_handlers import _handler, _json, _persistence, _query
 from gateway.http.admin_openapi import openapi
-from gateway.http.errors import error_response
 from gateway.persistence import health as health_repo
 from gateway.persistence import probes as probe_repo
 from gateway.persistence import stats
-from gateway.persistence.runtime import Persistence
 from gateway.state import AppState
-from kernel.errors import GatewayError, InvalidRequest, NotFound, Unavailable
+from kernel.errors import InvalidRequest, NotFound
 from kernel.health import HealthState
 
 T = TypeVar("T")
 MAX_LIMIT = 1000
 MAX_WINDOWS = 6
 MAX_POINTS = 2000
-
-
-def _json(data: Any, status: int = 200) -> Response:
-    # Row keys are str subclasses (quoted_name), which orjson only takes with OPT_NON_STR_KEYS.
-    body = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
-    return Response(body, status_code=status, media_type="application/json")
-
-
-def _persistence(state: AppState) -> Persistence:
-    if state.persistence is None:
-        raise Unavailable("Persistence is disabled: set persistence.enabled.", code="persistence_disabled")
-    return state.persistence
-
-
-async def _query(state: AppState, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    p = _persistence(state)
-    try:
-        return await p.db.run(fn, *args, **kwargs)
-    except SQLAlchemyError as exc:
-        reason = str(getattr(exc, "orig", None) or exc).strip().split("\n")[0]
-        raise Unavailable(f"The database is unavailable: {reason}", code="database_unavailable") from None
 
 
 def _limit(request: Request, default: int = 100) -> int:
@@ -85,22 +60,6 @@ def _endpoint(state: AppState, endpoint_id: str | None, *, required: bool = Fals
     if endpoint_id not in state.catalog.by_id:
         raise NotFound(f"No endpoint `{endpoint_id}`.", code="endpoint_not_found", param="endpoint")
     return endpoint_id
-
-
-def _handler(fn: Callable[[Request, AppState], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-    """Guard with the admin key, map gateway errors to OpenAI error JSON."""
-
-    async def endpoint(request: Request) -> Response:
-        if (denied := _guard(request)) is not None:
-            return denied
-        try:
-            return await fn(request, request.state.gw)
-        except GatewayError as exc:
-            return error_response(exc, {"x-request-id": request.scope["gateway.request_id"]})
-
-    endpoint.__name__ = fn.__name__
-    endpoint.__doc__ = fn.__doc__
-    return endpoint
 
 
 # --- endpoints and their figures -------------------------------------------------------------

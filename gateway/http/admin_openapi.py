@@ -53,6 +53,7 @@ _REASONS = {
     401: "No or wrong key",
     403: "Not the admin key, or the admin API is disabled",
     404: "Unknown endpoint or run",
+    409: "Already exists, or still in use",
     503: "Persistence disabled or database unavailable",
 }
 
@@ -218,6 +219,9 @@ def openapi() -> dict[str, Any]:
         "/admin/api/persistence": {"get": _op("Record queue, spill file and writer counters", errors=(503,))},
         "/admin/api/openapi.json": {"get": _op("This description")},
     }
+    from gateway.http.admin_keys import openapi_paths  # keys and teams: their own module
+
+    paths.update(openapi_paths(_op, _LIST))
     return {
         "openapi": "3.1.0",
         "info": {

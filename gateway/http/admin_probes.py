@@ -20,7 +20,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.catalog import Endpoint
-from gateway.http.admin_api import _handler
+from gateway.http.admin_handlers import _handler
 from gateway.probe_wiring import build_runner
 from gateway.state import AppState
 from kernel.errors import InvalidRequest, NotFound

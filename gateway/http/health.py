@@ -38,6 +38,12 @@ async def readyz(request: Request) -> Response:
     if state.shared is not None:
         # A store outage does not make the gateway unready: it serves on local state, and says so.
         body["state_store"] = state.shared.status()
+    if state.limits is not None:
+        body["limits"] = state.limits.status()
+        if not state.limits.ready:  # fail-closed while the limit store is away
+            ok = False
+            body["status"] = "not_ready"
+            body.setdefault("reason", f"limits store unavailable (fail-closed): {body['limits']['reason']}")
     # A background loop that has not completed a round within its limit is stuck (or dying on a bug).
     stuck = state.loops.stale()
     if stuck:

@@ -96,7 +96,12 @@ async def _route_and_dispatch(
     state: AppState, ctx: RequestContext, candidates: tuple[Endpoint, ...]
 ) -> Completed | Streaming:
     assert state.router is not None  # build_state always makes one
+    limits = state.limits
+    if limits is not None:
+        limits.check(ctx)  # expiry, allowed models: before any routing work
     ordering = await state.router.route(ctx, candidates)
+    if limits is not None:
+        await limits.admit(ctx, ordering.endpoints)  # rate, parallel and budget, atomically
     return await state.dispatcher.dispatch(ctx, ordering)
 
 

@@ -35,6 +35,29 @@ metadata = MetaData(
     }
 )
 
+def _limits() -> list[Column]:  # type: ignore[type-arg]
+    """What keys and teams share beyond rpm, tpm and budget (gateway.limits.settings.KeyLimits)."""
+    return [
+        Column("max_parallel", Integer),
+        Column("budget_period", String(16)),  # daily | weekly | monthly | total; NULL: monthly
+        Column("allowed_models", JSON),  # a list of fnmatch patterns; NULL: every model
+        Column("expires_at", UTCDateTime),
+        Column("metadata", JSON),
+    ]
+
+
+teams = Table(
+    "teams",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("name", String(128), nullable=False, unique=True),
+    Column("rpm_limit", Integer),
+    Column("tpm_limit", Integer),
+    Column("budget_usd", Double),
+    *_limits(),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
 gateway_keys = Table(
     "gateway_keys",
     metadata,
@@ -48,6 +71,9 @@ gateway_keys = Table(
     Column("budget_usd", Double),
     Column("created_at", UTCDateTime, nullable=False),
     Column("revoked_at", UTCDateTime),
+    Column("team_id", Integer, ForeignKey("teams.id"), index=True),
+    *_limits(),
+    Column("rotated_at", UTCDateTime),
 )
 
 providers = Table(

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SATimeoutError
@@ -72,9 +73,11 @@ class Persistence:
     def capacity(self) -> int:
         return self.settings.persistence.queue_size
 
-    async def start(self, catalog: Catalog, auth: Authenticator, health: HealthStates) -> None:
+    async def start(self, catalog: Catalog, auth: Authenticator, health: HealthStates, *, limits: Any = None) -> None:
         self._catalog = catalog
-        self._refresher = Refresher(self.db, auth, health, timeout=self.settings.persistence.refresh_timeout)
+        self._refresher = Refresher(
+            self.db, auth, health, timeout=self.settings.persistence.refresh_timeout, limits=limits, wall=self.wall
+        )
         try:
             await self._refresh()
         except Exception as exc:

@@ -1,17 +1,44 @@
-"""The pipeline's configuration slice: gateway keys and how callers authenticate (`Settings.auth`)."""
+"""The pipeline's configuration slice: gateway keys (with their limits and budgets, which the limits
+stage enforces) and how callers authenticate (`Settings.auth`)."""
 
 from __future__ import annotations
 
 import hashlib
-from typing import Protocol
+from datetime import datetime
+from typing import Any, Literal, Protocol
 
 from pydantic import Field, SecretStr, field_validator
 
 from kernel.frozen import Frozen
 
+Period = Literal["daily", "weekly", "monthly", "total"]
 
-class GatewayKey(Frozen):
+
+class KeyLimits(Frozen):
+    """What a key or a team may do (`gateway.limits`). Every field unset: no limit.
+
+    Units: requests and tokens per `routing.rate_window_s` (60 s: per minute), US dollars."""
+
+    rpm: int | None = Field(None, ge=1)
+    tpm: int | None = Field(None, ge=1)
+    # Requests in flight at once.
+    max_parallel: int | None = Field(None, ge=1)
+    # US dollars per `budget_period` (calendar periods in UTC; `total` never resets).
+    budget_usd: float | None = Field(None, ge=0)
+    budget_period: Period = "monthly"
+    # fnmatch patterns of public model names ("gpt-4o*", "org/*"); None allows every model.
+    allowed_models: tuple[str, ...] | None = None
+    # After this instant the key (or every key of the team) gets 401.
+    expires_at: datetime | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class GatewayKey(KeyLimits):
+    """A config key, with the same limits a database key can have."""
+
     name: str = Field(min_length=1)
+    # A team of `limits.teams`: its limits and budget bind this key too.
+    team: str | None = None
     # The key itself, or its stored hash as "sha256:<hex>".
     key: SecretStr
 

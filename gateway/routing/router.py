@@ -87,6 +87,8 @@ class Router:
         self.chains = ChainCache(cfg.affinity.chain_cache_mb << 20)
         self.blocks = blocks_of(cfg.affinity)
         self._takes_cache_key = frozenset(e for e, p in shared.profiles.items() if p.prompt_cache_key)
+        # Whether route() enforces routing.keys' rpm/tpm itself (the app leaves it to gateway.limits).
+        self.admit_keys = True
         self.cache_keys = CacheKeySharder(clock, shard_rpm=cfg.affinity.shard_rpm, max_shards=cfg.affinity.max_shards)
 
     # -- the decision -------------------------------------------------------------------
@@ -183,7 +185,8 @@ class Router:
         if rejected is not None:
             raise rejected
         admitted = f.prompt_tokens + (f.max_output_tokens or f.expected_output_tokens)
-        await self.shared.admit_key(f.key_name, f.key_policy, admitted)
+        if self.admit_keys:
+            await self.shared.admit_key(f.key_name, f.key_policy, admitted)
         self.shared.next_sequence(f.model)
         ticket = RouteTicket(f, decision, f.key_policy, admitted)
         for sc in decision.ranked:
@@ -271,7 +274,8 @@ class Router:
         f = t.features
         if usage is not None:
             actual = usage.prompt_tokens + usage.completion_tokens
-            self.shared.adjust_key_tokens(f.key_name, t.key_policy, actual - t.admitted_tokens)
+            if self.admit_keys:
+                self.shared.adjust_key_tokens(f.key_name, t.key_policy, actual - t.admitted_tokens)
             self.shared.adjust_deployment_tokens(endpoint.id, actual - t.deployment_tokens)
         if t.committed_at is None or ctx.status >= 400:
             return

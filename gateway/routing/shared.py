@@ -445,7 +445,10 @@ class SharedState:
         assert self._wake is not None
         interval = self.store_cfg.sync_interval_s
         try:
-            await asyncio.wait_for(self._wake.wait(), interval)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancellation that
+            # arrives with the wake-up, and the loop would never stop (a hung shutdown).
+            async with asyncio.timeout(interval):
+                await self._wake.wait()
             await asyncio.sleep(min(interval, WAKE_GAP_S))  # batch what else changes meanwhile
         except TimeoutError:
             pass

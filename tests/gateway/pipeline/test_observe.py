@@ -166,7 +166,8 @@ def test_the_apps_peers_and_the_events_each_hears(tmp_path: Any) -> None:
 
     state = build_state(settings(tmp_path, None), client=MockHTTPClient(lambda r: ok()))
     names = [type(o).__name__ for o in state.feedback.members]
-    assert names == ["BreakerFeedback", "Router", "ToolCallMonitor", "MetricsSink"]
+    assert names == ["BreakerFeedback", "Router", "ToolCallMonitor", "Limiter", "MetricsSink"]
     assert state.dispatcher.observer is state.feedback and state.accountant.observer is state.feedback
     heard = {type(o).__name__: tuple(getattr(o, "events", ())) for o in state.feedback.members}
     assert heard["ToolCallMonitor"] == ("request_started", "finished") and heard["MetricsSink"] == ("finished",)
+    assert heard["Limiter"] == ("finished",)  # settles what admission charged

@@ -1,0 +1,3 @@
+from tests.gateway.limits.helpers import stores
+
+__all__ = ["stores"]
