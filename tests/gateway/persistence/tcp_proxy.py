@@ -31,6 +31,10 @@ class TcpProxy:
     def cut(self) -> None:
         listener, self._listener = self._listener, None
         if listener is not None:
+            try:  # as in `_reset`: a close alone leaves the blocked accept() listening
+                listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             listener.close()
         with self._lock:
             conns, self._conns = self._conns, set()
@@ -77,9 +81,12 @@ class TcpProxy:
 
 
 def _reset(sock: socket.socket) -> None:
-    """Close with RST, as a crashed server's connections look."""
+    """Close with RST, as a crashed server's connections look. The SHUT_RD first: a close alone
+    does not wake a pump thread blocked in recv() on this socket, and until that recv returns the
+    kernel keeps the connection open, so a client waiting for its answer would wait for ever."""
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.shutdown(socket.SHUT_RD)  # wakes a blocked recv(); sends nothing to the peer
     except OSError:
         pass
     try:
