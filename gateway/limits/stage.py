@@ -4,7 +4,7 @@ finished request). Neither touches the database: key records come from the confi
 periodic refresh (`set_stored`), and spend is recorded by the request writer, off the hot path.
 
 Budgets are charged the worst case at admission: the prompt estimate at the input price plus
-max_tokens x n (without max_tokens, what the context window leaves) at the output price, at the
+max_tokens x the completions it may generate (without max_tokens, what the context window leaves) at the output price, at the
 dearest endpoint the request may be dispatched to (dispatch may fall back). Settlement replaces it
 with the actual cost, so a budget is never overspent by concurrent requests, on any replica.
 """
@@ -50,6 +50,7 @@ from gateway.pipeline.account import cost_usd
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.observe import RecordObserver
 from gateway.pipeline.settings import Period
+from gateway.routing.features import output_choices
 from gateway.state_store.base import StoreUnavailable
 from kernel.deployment import Price
 from kernel.errors import RateLimited
@@ -239,8 +240,7 @@ class Limiter(RecordObserver):
         f = getattr(ctx.route, "features", None)
         body = ctx.body
         prompt = f.prompt_tokens if f is not None else len(str(body)) // 4 + 1
-        asked = body.get("n")
-        n = asked if isinstance(asked, int) and asked > 0 else 1
+        n = output_choices(ctx.op, body)  # n, and for completions best_of x each prompt of an array
         out = f.max_output_tokens if f is not None else None
         tokens = prompt + (f.expected_output_tokens if f is not None else 0)
         worst = 0.0

@@ -266,3 +266,17 @@ def test_limits_bind_the_responses_route_too(start: Callable[..., GatewayServer]
     exc = refused.value
     assert exc.status_code == 429 and exc.code == "rate_limit_exceeded"
     assert exc.response.headers["x-ratelimit-limit-requests"] == "10" and int(exc.response.headers["retry-after"]) >= 1
+
+
+def test_a_completions_prompt_array_and_best_of_count_in_the_worst_case(start: Callable[..., GatewayServer]) -> None:
+    """3 prompts x best_of 4 x max_tokens 1000 may generate 12,000 tokens ($1.20): more than the
+    $1.00 budget, so refused before dispatch, not admitted as one completion's $0.10."""
+    gw = start(settings({"backend": "memory"}))
+    with client(gw, "budget") as c, pytest.raises(openai.RateLimitError) as refused:
+        c.completions.create(model="m", prompt=["a", "b", "c"], best_of=4, max_tokens=1000)
+    assert refused.value.code == "insufficient_quota" and "$1.2000" in refused.value.message
+    with client(gw, "budget") as c, pytest.raises(openai.RateLimitError):
+        c.completions.create(model="m", prompt=[[1, 2], [3], [4]], n=4, max_tokens=1000)  # token arrays too
+    with client(gw, "free") as c, pytest.raises(openai.BadRequestError) as bad:
+        c.completions.create(model="m", prompt=["a"] * 129, max_tokens=5)  # server.max_completion_prompts: 128
+    assert bad.value.status_code == 400 and bad.value.param == "prompt"
