@@ -168,9 +168,10 @@ class Limiter(RecordObserver):
 
     # -- the stage --------------------------------------------------------------------------
 
-    def check(self, ctx: RequestContext) -> None:
-        """Expiry (401) and allowed models (403): no I/O."""
-        record = self.record(ctx.key_name)
+    def check_expiry(self, key_name: str | None) -> None:
+        """Expiry of the key or its team (401 expired_api_key): the authenticator asks it on every
+        route, so an expired key reads no stored response and lists no models either. No I/O."""
+        record = self.record(key_name)
         if record is None:
             return
         now = None
@@ -180,6 +181,14 @@ class Limiter(RecordObserver):
                 if now >= scope.expires_at:
                     what = "The API key" if scope.kind == "key" else f"The team {scope.name!r} of this API key"
                     raise KeyExpired(f"{what} has expired.")
+
+    def check(self, ctx: RequestContext) -> None:
+        """Expiry (401) and allowed models (403): no I/O."""
+        self.check_expiry(ctx.key_name)
+        record = self.record(ctx.key_name)
+        if record is None:
+            return
+        for scope in record.scopes:
             if not model_allowed(scope.allowed_models, ctx.model):
                 who = f"key {ctx.key_name!r}" if scope.kind == "key" else f"team {scope.name!r}"
                 raise ModelNotAllowed(
@@ -199,6 +208,19 @@ class Limiter(RecordObserver):
         if not verdict.allowed:
             raise self._refusal(verdict, scopes[verdict.failed], charges[verdict.failed], now)
         self._tickets[id(ctx)] = Ticket(charges, store, tokens, cost, member)
+
+    async def count_request(self, ctx: RequestContext) -> None:
+        """A request that reaches no upstream (count_tokens) against its key's and team's rpm alone:
+        no tokens, slot or cost, so nothing to settle."""
+        record = self.record(ctx.key_name)
+        scopes = [s for s in record.scopes if s.rpm is not None] if record is not None else []
+        if not scopes:
+            return
+        now = self._wall()
+        charges = [Charge(s.id, s.rpm, None, None, 0, None, 0) for s in scopes]
+        verdict, _ = await self._admit(f"{self._replica}:{next(self._ids)}", charges)
+        if not verdict.allowed:
+            raise self._refusal(verdict, scopes[verdict.failed], charges[verdict.failed], now)
 
     def finished(self, ctx: RequestContext, record: RequestRecord | None = None) -> None:
         """Settle: actual tokens and cost instead of what admission assumed, and the slot back."""
