@@ -223,7 +223,9 @@ class Limiter(RecordObserver):
             raise self._refusal(verdict, scopes[verdict.failed], charges[verdict.failed], now)
 
     def finished(self, ctx: RequestContext, record: RequestRecord | None = None) -> None:
-        """Settle: actual tokens and cost instead of what admission assumed, and the slot back."""
+        """Settle: actual tokens and cost instead of what admission assumed, and the slot back.
+        Without usage, `ctx.usage` is the accountant's estimate from the output relayed (only a
+        request never answered has none and costs nothing)."""
         ticket = self._tickets.pop(id(ctx), None)
         if ticket is None:
             return
@@ -231,6 +233,8 @@ class Limiter(RecordObserver):
         price = self._prices(ctx.endpoint_id) if ctx.endpoint_id else None
         actual_cost = min(to_micro(cost_usd(usage, price)), MAX_MICRO) if usage is not None and price is not None else 0
         actual_tokens = usage.prompt_tokens + usage.completion_tokens if usage is not None else 0
+        if ctx.usage_estimated:  # an estimate (the upstream reported none) charges no more than was admitted
+            actual_cost = min(actual_cost, ticket.cost_micro)
         settlements = [Settlement(c, actual_tokens - ticket.tokens, actual_cost - ticket.cost_micro) for c in ticket.charges]
         if isinstance(ticket.store, MemoryLimitStore):  # in-process: settle now, no task
             ticket.store.settle_now(ticket.member, settlements, self.window_s)
