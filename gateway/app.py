@@ -139,7 +139,12 @@ def build_state(
     return AppState(
         settings=settings,
         catalog=catalog,
-        auth=Authenticator(settings.auth, open_access=open_by_config(settings), stored=settings.persistence.enabled),
+        auth=Authenticator(
+            settings.auth,
+            open_access=open_by_config(settings),
+            stored=settings.persistence.enabled,
+            expiry=limiter.check_expiry,
+        ),
         breaker=breaker,
         dispatcher=dispatcher,
         accountant=Accountant(prices.get, clock, feedback, keep_bodies=keep_bodies),

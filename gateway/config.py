@@ -41,6 +41,8 @@ class ServerConfig(Frozen):
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
     # Request bodies nested deeper than this are a 400 naming the field (JSON writers stop at 255).
     max_json_depth: int = Field(64, ge=4, le=200)
+    # /v1/completions: prompts in one `prompt` array (each is generated, best_of times); more is a 400.
+    max_completion_prompts: int = Field(128, ge=1, le=2048)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Fail start-up when no gateway key is configured, instead of serving without auth.
     require_auth: bool = False

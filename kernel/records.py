@@ -29,3 +29,6 @@ class RequestRecord:
     response_body: bytes | None = None
     # An upstream failure's detail (the client got a stable message and the request id).
     error_detail: str | None = None
+    # No usage came from the upstream: the tokens and cost are the gateway's estimate from the
+    # output it relayed (gateway.pipeline.estimate).
+    usage_estimated: bool = False

@@ -153,9 +153,14 @@ async def _count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
     state: AppState = scope["state"]["gw"]
     headers = {"x-request-id": scope["gateway.request_id"]}
     try:
-        authenticate(state, scope)
+        ctx = RequestContext(request_id=headers["x-request-id"], op="chat", started=state.clock())
+        ctx.key_name = authenticate(state, scope)
         request = await _read(state, scope, receive, counting=True)
         resolve(state.catalog, "chat", request.model, request.body)  # an unknown model is a 404
+        if state.limits is not None:  # the key's allowed models and rpm bind counting too
+            ctx.model = request.model
+            state.limits.check(ctx)
+            await state.limits.count_request(ctx)
         assert state.router is not None  # build_state always makes one
         counter = state.router.counter
         tokens = await asyncio.to_thread(counter.count_chat, request.body["messages"], request.body.get("tools"))

@@ -174,7 +174,9 @@ class InferenceEndpoint:
             ctx.key_name = state.auth.authenticate(_header(scope, b"authorization"))
             server = state.settings.server
             raw = await read_body(scope, receive, server.max_body_bytes)
-            body = validate(self.op, parse_json(raw), max_depth=server.max_json_depth)
+            body = validate(
+                self.op, parse_json(raw), max_depth=server.max_json_depth, max_prompts=server.max_completion_prompts
+            )
             ctx.body, ctx.model, ctx.stream = body, body["model"], bool(body.get("stream"))
             candidates = resolve(state.catalog, self.op, ctx.model, body)
             result = await _until_disconnect(receive, _route_and_dispatch(state, ctx, candidates))

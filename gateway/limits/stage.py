@@ -4,7 +4,7 @@ finished request). Neither touches the database: key records come from the confi
 periodic refresh (`set_stored`), and spend is recorded by the request writer, off the hot path.
 
 Budgets are charged the worst case at admission: the prompt estimate at the input price plus
-max_tokens x n (without max_tokens, what the context window leaves) at the output price, at the
+max_tokens x the completions it may generate (without max_tokens, what the context window leaves) at the output price, at the
 dearest endpoint the request may be dispatched to (dispatch may fall back). Settlement replaces it
 with the actual cost, so a budget is never overspent by concurrent requests, on any replica.
 """
@@ -50,6 +50,7 @@ from gateway.pipeline.account import cost_usd
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.observe import RecordObserver
 from gateway.pipeline.settings import Period
+from gateway.routing.features import output_choices
 from gateway.state_store.base import StoreUnavailable
 from kernel.deployment import Price
 from kernel.errors import RateLimited
@@ -167,9 +168,10 @@ class Limiter(RecordObserver):
 
     # -- the stage --------------------------------------------------------------------------
 
-    def check(self, ctx: RequestContext) -> None:
-        """Expiry (401) and allowed models (403): no I/O."""
-        record = self.record(ctx.key_name)
+    def check_expiry(self, key_name: str | None) -> None:
+        """Expiry of the key or its team (401 expired_api_key): the authenticator asks it on every
+        route, so an expired key reads no stored response and lists no models either. No I/O."""
+        record = self.record(key_name)
         if record is None:
             return
         now = None
@@ -179,6 +181,14 @@ class Limiter(RecordObserver):
                 if now >= scope.expires_at:
                     what = "The API key" if scope.kind == "key" else f"The team {scope.name!r} of this API key"
                     raise KeyExpired(f"{what} has expired.")
+
+    def check(self, ctx: RequestContext) -> None:
+        """Expiry (401) and allowed models (403): no I/O."""
+        self.check_expiry(ctx.key_name)
+        record = self.record(ctx.key_name)
+        if record is None:
+            return
+        for scope in record.scopes:
             if not model_allowed(scope.allowed_models, ctx.model):
                 who = f"key {ctx.key_name!r}" if scope.kind == "key" else f"team {scope.name!r}"
                 raise ModelNotAllowed(
@@ -199,8 +209,23 @@ class Limiter(RecordObserver):
             raise self._refusal(verdict, scopes[verdict.failed], charges[verdict.failed], now)
         self._tickets[id(ctx)] = Ticket(charges, store, tokens, cost, member)
 
+    async def count_request(self, ctx: RequestContext) -> None:
+        """A request that reaches no upstream (count_tokens) against its key's and team's rpm alone:
+        no tokens, slot or cost, so nothing to settle."""
+        record = self.record(ctx.key_name)
+        scopes = [s for s in record.scopes if s.rpm is not None] if record is not None else []
+        if not scopes:
+            return
+        now = self._wall()
+        charges = [Charge(s.id, s.rpm, None, None, 0, None, 0) for s in scopes]
+        verdict, _ = await self._admit(f"{self._replica}:{next(self._ids)}", charges)
+        if not verdict.allowed:
+            raise self._refusal(verdict, scopes[verdict.failed], charges[verdict.failed], now)
+
     def finished(self, ctx: RequestContext, record: RequestRecord | None = None) -> None:
-        """Settle: actual tokens and cost instead of what admission assumed, and the slot back."""
+        """Settle: actual tokens and cost instead of what admission assumed, and the slot back.
+        Without usage, `ctx.usage` is the accountant's estimate from the output relayed (only a
+        request never answered has none and costs nothing)."""
         ticket = self._tickets.pop(id(ctx), None)
         if ticket is None:
             return
@@ -208,6 +233,8 @@ class Limiter(RecordObserver):
         price = self._prices(ctx.endpoint_id) if ctx.endpoint_id else None
         actual_cost = min(to_micro(cost_usd(usage, price)), MAX_MICRO) if usage is not None and price is not None else 0
         actual_tokens = usage.prompt_tokens + usage.completion_tokens if usage is not None else 0
+        if ctx.usage_estimated:  # an estimate (the upstream reported none) charges no more than was admitted
+            actual_cost = min(actual_cost, ticket.cost_micro)
         settlements = [Settlement(c, actual_tokens - ticket.tokens, actual_cost - ticket.cost_micro) for c in ticket.charges]
         if isinstance(ticket.store, MemoryLimitStore):  # in-process: settle now, no task
             ticket.store.settle_now(ticket.member, settlements, self.window_s)
@@ -239,8 +266,7 @@ class Limiter(RecordObserver):
         f = getattr(ctx.route, "features", None)
         body = ctx.body
         prompt = f.prompt_tokens if f is not None else len(str(body)) // 4 + 1
-        asked = body.get("n")
-        n = asked if isinstance(asked, int) and asked > 0 else 1
+        n = output_choices(ctx.op, body)  # n, and for completions best_of x each prompt of an array
         out = f.max_output_tokens if f is not None else None
         tokens = prompt + (f.expected_output_tokens if f is not None else 0)
         worst = 0.0

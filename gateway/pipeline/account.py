@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gateway.pipeline.context import RequestContext
+from gateway.pipeline.estimate import estimated_usage
 from kernel.deployment import Price
 from kernel.records import RequestRecord
 from kernel.values import Usage
@@ -57,6 +58,8 @@ class Accountant:
     def record(self, ctx: RequestContext) -> RequestRecord:
         now = self._clock()
         price = self._prices(ctx.endpoint_id) if ctx.endpoint_id else None
+        if ctx.usage is None and ctx.committed:  # answered, but no usage came: not free
+            ctx.usage, ctx.usage_estimated = estimated_usage(ctx), True
         usage = ctx.usage
         record = RequestRecord(
             request_id=ctx.request_id,
@@ -76,6 +79,7 @@ class Accountant:
             latency_s=now - ctx.started,
             overhead_ms=ctx.overhead_ms(now),
             error_detail=ctx.error_detail,
+            usage_estimated=ctx.usage_estimated,
         )
         if self.keep_bodies:
             record.request_body = ctx.body

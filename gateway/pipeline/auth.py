@@ -64,10 +64,19 @@ def open_bind_problem(settings: AuthSettings) -> str | None:
 
 class Authenticator:
     def __init__(
-        self, config: AuthConfig, *, open_access: bool, stored: bool = False, clock: Callable[[], float] = time.monotonic
+        self,
+        config: AuthConfig,
+        *,
+        open_access: bool,
+        stored: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        expiry: Callable[[str], None] | None = None,
     ) -> None:
-        """`stored`: keys may also come from the database (`set_stored_keys`); `clock` is monotonic seconds."""
+        """`stored`: keys may also come from the database (`set_stored_keys`); `clock` is monotonic
+        seconds; `expiry` raises for a key (or its team) past its expiry (the limits stage's
+        `check_expiry`), on every route, cached keys included."""
         self._open = open_access
+        self._expiry = expiry
         # Config keys and add_key()'s; keys from the database come and go with set_stored_keys().
         self._static = {k.digest: k.name for k in config.keys}
         self._stored: dict[str, str] = {}
@@ -139,6 +148,8 @@ class Authenticator:
             known_name, known_stored = known
             if known_stored and self._clock() > self._fresh_until:
                 raise self._unavailable()
+            if self._expiry is not None:
+                self._expiry(known_name)
             return known_name
         token = _bearer(authorization)
         if token is None:
@@ -155,6 +166,8 @@ class Authenticator:
             name, stored = self._stored.get(digest), True
         if name is None:
             raise AuthenticationFailed("Incorrect API key provided.")
+        if self._expiry is not None:
+            self._expiry(name)
         if len(self._passed) >= PASSED_CAP:
             self._passed = {}
         self._passed[authorization] = (name, stored)  # type: ignore[index]  # not None: a token was found

@@ -28,6 +28,11 @@ class RequestContext:
     # Seconds spent waiting on upstreams or backing off: not the gateway's own overhead.
     waited: float = 0.0
     usage: Usage | None = None
+    # The upstream reported no usage: `usage` is the estimate from the output relayed
+    # (gateway.pipeline.estimate), whose text the relays count here.
+    usage_estimated: bool = False
+    output_chars: int = 0
+    output_pieces: int = 0
     ttft: float | None = None
     status: int = 200
     error: str | None = None

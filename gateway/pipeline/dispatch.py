@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.catalog import Endpoint
 from gateway.pipeline.context import RequestContext
+from gateway.pipeline.estimate import count_payloads
 from gateway.pipeline.fanout import fan_out, fan_out_count
 from gateway.pipeline.observe import Observers, RequestObserver
 from gateway.pipeline.outcome import Completed, Streaming
@@ -174,6 +175,8 @@ class Dispatcher:
             if not ctx.stream:
                 parsed = adapter.parse_response(target, ctx.op, await response.read())
                 ctx.usage = parsed.usage
+                if parsed.usage is None:  # counted for an estimate (gateway.pipeline.estimate)
+                    count_payloads(ctx, [parsed.body])
                 return Completed(parsed.body)
             return await self._first_event(ctx, endpoint, response)
         finally:

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from gateway.pipeline.context import RequestContext
+from gateway.pipeline.estimate import count_chunk
 from gateway.pipeline.outcome import Streaming
 from gateway.state_store.base import StoreUnavailable
 from gateway.state_store.responses import ResponseStore, StoredResponse
@@ -87,6 +88,7 @@ async def relay(
                 if trace is not None:
                     trace.feed_chunks(payloads)
                 for chunk in _chunks(payloads):
+                    count_chunk(ctx, chunk)  # for an estimate, should no usage come
                     out += events.feed(chunk)
                 if done:
                     end = events.finish()

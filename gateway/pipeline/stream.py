@@ -11,6 +11,7 @@ from collections.abc import AsyncGenerator, Callable
 from typing import Protocol
 
 from gateway.pipeline.context import RequestContext
+from gateway.pipeline.estimate import count_payloads
 from gateway.pipeline.outcome import Streaming
 from kernel.errors import GatewayError, ProviderError, ProviderStreamError
 
@@ -59,6 +60,7 @@ async def relay(
             parts.extend(streaming.first)
         if trace is not None:
             trace.feed_chunks(streaming.first)
+        count_payloads(ctx, streaming.first)  # for an estimate, should no usage come
         first = framing.frame(streaming.first)
         if streaming.done:
             yield first + framing.end()
@@ -72,6 +74,8 @@ async def relay(
                 parts.extend(chunk.payloads)
             if trace is not None:
                 trace.feed_chunks(chunk.payloads)
+            if ctx.usage is None:  # usage comes last: text after it needs no counting
+                count_payloads(ctx, chunk.payloads)
             out = framing.frame(chunk.payloads)
             if chunk.done:
                 yield out + framing.end()

@@ -35,9 +35,11 @@ def parse_json(raw: bytes) -> Body:
     return body
 
 
-def validate(op: Operation, body: Body, *, max_depth: int = 64) -> Body:
+def validate(op: Operation, body: Body, *, max_depth: int = 64, max_prompts: int = 128) -> Body:
     _depth(body, max_depth)
     VALIDATORS[op](body)
+    if op == "completions":
+        _prompt_count(body["prompt"], max_prompts)
     if "provider" in body:
         preferences.parse(body["provider"])  # routing preferences: a 400 naming the bad field
     return body
@@ -305,6 +307,12 @@ def _prompt_like(body: Body, name: str) -> None:
             f"Invalid '{name}': expected a string, an array of strings, an array of tokens "
             f"or an array of token arrays (non-empty).",
         )
+
+
+def _prompt_count(prompt: Any, limit: int) -> None:
+    """Each prompt of an array is a completion (best_of of them) charged and run: bounded."""
+    if isinstance(prompt, list) and not isinstance(prompt[0], int) and len(prompt) > limit:
+        raise _fail("prompt", f"Invalid 'prompt': {len(prompt)} prompts; at most {limit} are allowed in one request.")
 
 
 def validate_completions(body: Body) -> None:

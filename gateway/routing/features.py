@@ -197,6 +197,22 @@ def _chat_canonical(model: str, body: dict[str, Any]) -> tuple[bytes, bytes, boo
     return canonical, family, ascii_text
 
 
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+def output_choices(op: str, body: dict[str, Any]) -> int:
+    """How many completions a request may generate, each up to max_tokens: `n` for chat; for
+    completions, `max(n, best_of)` (best_of are generated, n of them returned) for each prompt of
+    a prompt array (of strings, or of token arrays)."""
+    n = _count(body.get("n"))
+    if op != "completions":
+        return n
+    prompt = body.get("prompt")
+    prompts = len(prompt) if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int) else 1
+    return max(n, _count(body.get("best_of"))) * prompts
+
+
 def extract(
     op: str,
     body: dict[str, Any],
@@ -238,9 +254,8 @@ def extract(
         chain = []
     out = body.get("max_completion_tokens") or body.get("max_tokens")
     max_out = int(out) if isinstance(out, int) and not isinstance(out, bool) else None
-    raw_n = body.get("n")
-    n = raw_n if isinstance(raw_n, int) else 1
-    expected = 0 if op == "embeddings" else (min(max_out, expected_output_tokens) if max_out else expected_output_tokens) * max(1, n)
+    n = output_choices(op, body)
+    expected = 0 if op == "embeddings" else (min(max_out, expected_output_tokens) if max_out else expected_output_tokens) * n
     client_key = body.get("prompt_cache_key")
     if isinstance(client_key, str) and client_key:
         family_seed, family_blocks = client_key.encode(), 0

@@ -174,6 +174,8 @@ def _include(value: Any) -> bool:
     include = typed(value, "include", (list,), "an array")
     logprobs = False
     for i, entry in enumerate(include or ()):
+        if not isinstance(entry, str):  # [] or {} would not even hash for the set lookup below
+            raise bad(f"include[{i}]", f"Invalid type for 'include[{i}]': expected a string.")
         if entry == LOGPROBS_INCLUDE:
             logprobs = True
         elif entry not in NOTHING_TO_INCLUDE:

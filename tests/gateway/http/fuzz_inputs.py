@@ -160,7 +160,7 @@ FIELDS: dict[str, Any] = {
     "text": lambda c: {"format": {"type": c.pick(("text", "json_object", "json_schema")), "name": "x", "schema": c.value(1)}}
     if c.maybe()
     else c.value(),
-    "include": lambda c: [c.pick(("message.output_text.logprobs", "x"))] if c.maybe() else c.value(),
+    "include": lambda c: [c.pick(("message.output_text.logprobs", "x", [], {}, None, 1))] if c.maybe() else c.value(),
     "previous_response_id": lambda c: c.pick(("resp_x", "", "../k")) if c.maybe() else c.value(0),
     "max_output_tokens": Choices.number,
     "store": lambda c: c.maybe() if c.maybe() else c.value(0),

@@ -266,3 +266,57 @@ def test_limits_bind_the_responses_route_too(start: Callable[..., GatewayServer]
     exc = refused.value
     assert exc.status_code == 429 and exc.code == "rate_limit_exceeded"
     assert exc.response.headers["x-ratelimit-limit-requests"] == "10" and int(exc.response.headers["retry-after"]) >= 1
+
+
+def test_a_completions_prompt_array_and_best_of_count_in_the_worst_case(start: Callable[..., GatewayServer]) -> None:
+    """3 prompts x best_of 4 x max_tokens 1000 may generate 12,000 tokens ($1.20): more than the
+    $1.00 budget, so refused before dispatch, not admitted as one completion's $0.10."""
+    gw = start(settings({"backend": "memory"}))
+    with client(gw, "budget") as c, pytest.raises(openai.RateLimitError) as refused:
+        c.completions.create(model="m", prompt=["a", "b", "c"], best_of=4, max_tokens=1000)
+    assert refused.value.code == "insufficient_quota" and "$1.2000" in refused.value.message
+    with client(gw, "budget") as c, pytest.raises(openai.RateLimitError):
+        c.completions.create(model="m", prompt=[[1, 2], [3], [4]], n=4, max_tokens=1000)  # token arrays too
+    with client(gw, "free") as c, pytest.raises(openai.BadRequestError) as bad:
+        c.completions.create(model="m", prompt=["a"] * 129, max_tokens=5)  # server.max_completion_prompts: 128
+    assert bad.value.status_code == 400 and bad.value.param == "prompt"
+
+
+def test_an_expired_key_is_refused_on_every_route_not_only_inference(start: Callable[..., GatewayServer]) -> None:
+    """Expiry lived in the limits stage alone: an expired key could still list models, read and
+    delete stored responses and count tokens. Now the authenticator refuses it: 401 expired_api_key."""
+    import httpx
+
+    gw = start(settings({"backend": "memory"}))
+    with client(gw, "old") as old:
+        with pytest.raises(openai.AuthenticationError) as listed:
+            old.models.list()
+        assert listed.value.code == "expired_api_key"
+        for call in (lambda: old.responses.retrieve("resp_nope"), lambda: old.responses.delete("resp_nope"),
+                     lambda: old.responses.input_items.list("resp_nope"), lambda: old.responses.cancel("resp_nope")):
+            with pytest.raises(openai.AuthenticationError) as refused:
+                call()
+            assert refused.value.status_code == 401 and refused.value.code == "expired_api_key"
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(base_url=gw.root, timeout=10) as http:
+        counted = http.post("/v1/messages/count_tokens", json=body, headers={"x-api-key": KEYS["old"]})
+        assert counted.status_code == 401 and counted.json()["error"]["type"] == "authentication_error"
+        assert "expired" in counted.json()["error"]["message"]
+        # A key that has not expired still works on them.
+        assert http.get("/v1/models", headers={"authorization": f"Bearer {KEYS['free']}"}).status_code == 200
+
+
+def test_count_tokens_honours_the_keys_allowed_models_and_rpm(start: Callable[..., GatewayServer]) -> None:
+    import httpx
+
+    gw = start(settings({"backend": "memory"}))
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(base_url=gw.root, timeout=10) as http:
+        denied = http.post("/v1/messages/count_tokens", json=body, headers={"x-api-key": KEYS["narrow"]})
+        assert denied.status_code == 403 and denied.json()["error"]["type"] == "permission_error"
+        for _ in range(10):
+            ok = http.post("/v1/messages/count_tokens", json=body, headers={"x-api-key": KEYS["rpm"]})
+            assert ok.status_code == 200 and ok.json()["input_tokens"] > 0
+        refused = http.post("/v1/messages/count_tokens", json=body, headers={"x-api-key": KEYS["rpm"]})
+    assert refused.status_code == 429 and refused.json()["error"]["type"] == "rate_limit_error"
+    assert refused.headers["x-ratelimit-limit-requests"] == "10" and int(refused.headers["retry-after"]) >= 1

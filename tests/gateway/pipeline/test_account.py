@@ -3,6 +3,7 @@ handed to the request's observers."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from gateway.pipeline.account import Accountant, cost_usd
@@ -128,3 +129,31 @@ def test_usage_from_openai_clamps_and_validates_what_the_upstream_claims() -> No
     assert Usage.from_openai({"prompt_tokens": 7.0, "prompt_tokens_details": "x"}) == Usage(7, 0, 0)
     assert Usage.from_openai(["not", "a", "mapping"]) is None  # type: ignore[arg-type]
     assert Usage.from_openai("usage") is None  # type: ignore[arg-type]
+
+
+def test_an_answer_without_usage_is_recorded_at_an_estimate_and_flagged() -> None:
+    """Committed (answered) without usage: the prompt estimate plus the output the client got,
+    4 characters a token or a token a piece, whichever is more; never answered: nothing."""
+    from types import SimpleNamespace
+
+    from gateway.pipeline.estimate import count_payloads
+
+    price = Price(input=2.0, output=8.0)
+    accountant = Accountant(lambda _: price, lambda: 1.0)
+    ctx = RequestContext(request_id="r", op="chat", started=0.0, body={"model": "m", "n": 2}, model="m", endpoint_id="p/m")
+    ctx.route = SimpleNamespace(features=SimpleNamespace(prompt_tokens=50, max_output_tokens=None))  # type: ignore[assignment]
+    ctx.committed = True
+    whole = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "x" * 40,
+                                                  "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}},
+                         {"index": 1, "message": {"content": "y" * 38}}]}
+    count_payloads(ctx, [orjson.dumps(whole), b"not json"])
+    record = accountant.record(ctx)
+    assert record.usage_estimated and ctx.usage_estimated
+    assert (record.prompt_tokens, record.completion_tokens) == (50, 21)  # (40 + 3 + 38) / 4, rounded up
+    assert record.cost_usd == pytest.approx((50 * 2.0 + 21 * 8.0) / 1_000_000)
+    ctx.route = SimpleNamespace(features=SimpleNamespace(prompt_tokens=50, max_output_tokens=4))  # type: ignore[assignment]
+    ctx.usage, ctx.usage_estimated = None, False
+    assert accountant.record(ctx).completion_tokens == 8  # capped: max_tokens x n
+    never = RequestContext(request_id="s", op="chat", started=0.0, model="m", endpoint_id="p/m")
+    record = accountant.record(never)  # failed before any endpoint answered
+    assert not record.usage_estimated and record.cost_usd == 0.0 and never.usage is None

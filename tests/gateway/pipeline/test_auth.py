@@ -198,3 +198,25 @@ def test_an_open_api_is_refused_on_a_non_loopback_bind(host: str) -> None:
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost", "127.0.0.2"])
 def test_an_open_api_is_fine_on_loopback(host: str) -> None:
     assert open_bind_problem(load_config(environ={}, server={"host": host}, auth={"open": True})) is None
+
+
+def test_a_key_that_expires_after_it_passed_fails_at_once() -> None:
+    """The expiry hook (the limits stage's check_expiry) is asked on every call, remembered keys too."""
+    expired: set[str] = set()
+
+    def expiry(name: str) -> None:
+        if name in expired:
+            raise AuthenticationFailed(f"{name} has expired")
+
+    auth = authenticator(stored=True, expiry=expiry)
+    auth.set_stored_keys({digest("sk-stored-1"): "stored"})
+    assert auth.authenticate("Bearer sk-stored-1") == "stored"
+    assert auth.authenticate(f"Bearer {KEY}") == "team-a"
+    expired.update({"stored", "team-a"})
+    for header in ("Bearer sk-stored-1", f"Bearer {KEY}"):  # both remembered as passed
+        with pytest.raises(AuthenticationFailed, match="expired"):
+            auth.authenticate(header)
+    expired.add("team-b")
+    with pytest.raises(AuthenticationFailed, match="expired"):
+        auth.authenticate(f"Bearer {HASHED}")  # never passed: refused before it is remembered
+    assert f"Bearer {HASHED}" not in auth._passed

@@ -218,6 +218,15 @@ def test_completion_prompt_forms(prompt: Any) -> None:
     validate("completions", completion(prompt=prompt, logprobs=5, echo=True, best_of=2, suffix="s"))
 
 
+def test_a_completion_prompt_array_is_capped_but_a_token_array_is_one_prompt() -> None:
+    validate("completions", completion(prompt=["p"] * 3), max_prompts=3)
+    validate("completions", completion(prompt=list(range(10))), max_prompts=3)  # one prompt of 10 tokens
+    for prompt in (["p"] * 4, [[1]] * 4):
+        with pytest.raises(InvalidRequest) as info:
+            validate("completions", completion(prompt=prompt), max_prompts=3)
+        assert info.value.param == "prompt" and info.value.status_code == 400 and "at most 3" in info.value.message
+
+
 # -- embeddings ---------------------------------------------------------------------------------
 
 EMBEDDING_ERRORS = [

@@ -204,3 +204,14 @@ def test_a_rate_hovering_at_the_threshold_does_not_flap() -> None:
     assert steady(16) == {2}
     assert 1 in steady(11)  # clearly under: back to one key (11 x 1.25 <= 15)
     assert sharder.current_shards(features(0)) == 1
+
+
+def test_expected_output_counts_every_prompt_and_best_of() -> None:
+    def expected(body: dict[str, object]) -> int:
+        f = extract("completions", {"model": "m", "max_tokens": 10, **body}, blocks=DEFAULT_BLOCKS, family_bytes=FAMILY_BYTES, expected_output_tokens=16)
+        return f.expected_output_tokens
+
+    assert expected({"prompt": "a"}) == 10
+    assert expected({"prompt": [1, 2, 3]}) == 10  # one prompt of tokens
+    assert expected({"prompt": ["a", "b", "c"], "best_of": 4, "n": 2}) == 10 * 4 * 3
+    assert expected({"prompt": [[1], [2]], "n": 3}) == 10 * 3 * 2

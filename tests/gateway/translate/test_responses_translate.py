@@ -163,3 +163,11 @@ def test_stream_asks_for_usage_and_unsupported_fields_are_named() -> None:
         with pytest.raises(InvalidRequest) as err:
             validate_envelope({"model": "m", "input": "x", field: value})
         assert err.value.param == field
+
+
+@pytest.mark.parametrize("entry", [[], {}, None, 1, ["message.output_text.logprobs"]])
+def test_an_include_entry_that_is_not_a_string_is_a_400_naming_it(entry: Any) -> None:
+    """An unhashable entry ([] or {}) once reached a set lookup and raised TypeError: a 500."""
+    with pytest.raises(InvalidRequest) as err:
+        translate({"model": "m", "input": "x", "include": ["reasoning.encrypted_content", entry]})
+    assert err.value.param == "include[1]" and err.value.status_code == 400
