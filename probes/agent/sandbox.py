@@ -300,7 +300,11 @@ class SubprocessSandbox:
             "core": (0, 0),
         }
         if "pids" not in enforced:
-            limits["nproc"] = (lim.processes, lim.processes)
+            # RLIMIT_NPROC counts every task of the uid on the host (the gateway's own threads, when
+            # the code runs as the gateway's uid): give the code its own budget above those.
+            uid = self._sandbox_ids[0] if as_root else os.getuid()
+            nproc = lim.processes + tasks_of_uid(uid)
+            limits["nproc"] = (nproc, nproc)
         spec = {
             "cgroup_procs": [str(p) for p in cgroup.procs_files] if cgroup else [],
             "limits": limits,
@@ -368,3 +372,16 @@ class SubprocessSandbox:
         code = int(status["exit-code"])  # type: ignore[call-overload]
         exit_code = None if 128 < code <= 128 + 64 else code
         return SandboxResult(exit_code, False, _killed_by(code, stderr, oom), stdout, stderr, truncated, duration)
+
+
+def tasks_of_uid(uid: int, proc: Path = Path("/proc")) -> int:
+    """How many tasks (processes and threads) run with this real uid now."""
+    count = 0
+    for status in proc.glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+        except OSError:
+            continue  # it ended while we looked
+        if int(fields.get("Uid", "-1").split()[0]) == uid:
+            count += int(fields.get("Threads", "1"))
+    return count

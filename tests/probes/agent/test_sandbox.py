@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -262,6 +263,40 @@ def test_without_cgroups_the_rlimits_still_cap_a_fork_bomb(monkeypatch: pytest.M
     assert 0 < int(result.stdout) < FAST.processes
     time.sleep(0.2)
     assert survivors("rlimit-bomb-marker") == []
+
+
+def test_without_cgroups_the_code_gets_its_budget_beside_other_tasks_of_its_uid(monkeypatch: pytest.MonkeyPatch) -> None:
+    # RLIMIT_NPROC counts every task of the uid on the host: another sandbox's processes (a root
+    # gateway's sandboxes share one uid) or the gateway's own threads (an unprivileged gateway's).
+    monkeypatch.setattr(SandboxCgroup, "create", staticmethod(lambda *args: None))
+    uid = sandbox_module.NOBODY[0] if os.geteuid() == 0 else os.getuid()
+    others = [subprocess.Popen(["sleep", "30"], user=uid) for _ in range(FAST.processes + 4)] if os.geteuid() == 0 else []
+    release = threading.Event()
+    threads = [] if others else [threading.Thread(target=release.wait) for _ in range(FAST.processes + 4)]
+    for t in threads:
+        t.start()
+    try:
+        code = "import os\nn = 0\nwhile n < 10000:\n    try:\n        pid = os.fork()\n    except OSError:\n        break\n" \
+               "    if pid == 0:\n        import time; time.sleep(30); os._exit(0)\n    n += 1\nprint(n)\n"
+        result = SubprocessSandbox(FAST).run({"bomb.py": code}, "bomb.py", args=("budget-bomb-marker",))
+        assert result.ok, result.output
+        assert 0 < int(result.stdout) < FAST.processes
+    finally:
+        release.set()
+        for p in others:
+            p.kill()
+            p.wait()
+    time.sleep(0.2)
+    assert survivors("budget-bomb-marker") == []
+
+
+def test_tasks_of_uid_counts_threads_of_that_uid_only(tmp_path: Path) -> None:
+    for pid, uid, threads in ((1, 7, 3), (2, 8, 5), (3, 7, 2)):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "status").write_text(f"Name:\tx\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nThreads:\t{threads}\n")
+    (tmp_path / "self").mkdir()
+    assert sandbox_module.tasks_of_uid(7, tmp_path) == 5
+    assert sandbox_module.tasks_of_uid(9, tmp_path) == 0
 
 
 @pytest.mark.parametrize("bwrap", ["/nonexistent/bwrap", None])
