@@ -171,6 +171,9 @@ def test_sigkill_of_one_replica_loses_only_its_in_flight_requests(cluster: Clust
             await asyncio.sleep(1.0)
             killed_at.append(time.monotonic())
             victim.signal(signal.SIGKILL)
+            # Its sockets close when it has exited: on a loaded machine that is not instant.
+            await asyncio.to_thread(victim.wait, 10.0)
+            killed_at.append(time.monotonic())
             await asyncio.sleep(4.0)
             stop.set()
             return list(await asyncio.gather(*streams))
@@ -187,14 +190,14 @@ def test_sigkill_of_one_replica_loses_only_its_in_flight_requests(cluster: Clust
         victim.kill()
         victim.start()
         victim.wait_ready(max(60.0, 10 * cluster.startup_s))
-    t_kill = killed_at[0]
+    t_kill, t_dead = killed_at
     _check_answers(outcomes)
-    # Only what was in flight at the kill failed (20 ms: the signal's delivery and the exit);
-    # everything that started after it was answered.
+    # Only what was in flight between the signal and the victim's exit failed; everything that
+    # started after the exit was answered.
     for o in outcomes + long_streams:
         if not o.ok:
-            assert o.start <= t_kill + 0.02 < o.end, (o, t_kill)
-    after = [o for o in outcomes if o.start > t_kill + 0.02]
+            assert o.start <= t_dead and o.end >= t_kill, (o, t_kill, t_dead)
+    after = [o for o in outcomes if o.start > t_dead]
     assert len(after) >= RATE * 3 and all(o.ok for o in after), causes(after)
     # The long streams on the victim were cut: the SDK raised (no finish_reason, no clean end);
     # those on the survivor ended normally.

@@ -32,10 +32,15 @@ def echo_server() -> Iterator[tuple[str, int]]:
                 return
             held.append(conn)
 
-    threading.Thread(target=accept, daemon=True).start()
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
     try:
         yield server.getsockname()
     finally:
+        # A close alone leaves accept() blocked and able to take one more connection, which would
+        # then be left for the garbage collector (a ResourceWarning that fails a later test).
+        server.shutdown(socket.SHUT_RDWR)
+        acceptor.join(NOTICE_S)
         server.close()
         for conn in held:
             conn.close()
