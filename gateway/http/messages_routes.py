@@ -25,8 +25,9 @@ from gateway.http.openai_routes import (
     _route_and_dispatch,
     _send_json,
     _until_disconnect,
-    note_failure,
+    account_gone,
     read_body,
+    refuse,
 )
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.outcome import Completed
@@ -104,16 +105,10 @@ class MessagesEndpoint(InferenceEndpoint):
             candidates = resolve(state.catalog, "chat", ctx.model, ctx.body)
             result = await _until_disconnect(receive, _route_and_dispatch(state, ctx, candidates))
         except ClientGone:
-            if ctx.model:
-                ctx.status, ctx.error = 499, "ClientDisconnected"
-                state.accountant.record(ctx)
+            account_gone(state, ctx)
             return
         except GatewayError as exc:
-            note_failure(ctx, exc)
-            try:
-                await _send_error(send, exc, ctx.response_headers(clock()))
-            finally:
-                state.accountant.record(ctx)
+            await refuse(state, ctx, send, exc, send_error=_send_error)
             return
         message_id = new_message_id()
         if isinstance(result, Completed):

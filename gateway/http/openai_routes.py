@@ -92,6 +92,25 @@ def note_failure(ctx: RequestContext, exc: GatewayError) -> None:
         log.warning("request %s failed: %s: %s", ctx.request_id, type(exc).__name__, ctx.error_detail)
 
 
+def account_gone(state: AppState, ctx: RequestContext) -> None:
+    """The client left while upstream work ran: that work was cancelled, and is accounted."""
+    if ctx.model:
+        ctx.status, ctx.error = 499, "ClientDisconnected"
+        state.accountant.record(ctx)
+
+
+async def refuse(
+    state: AppState, ctx: RequestContext, send: Send, exc: GatewayError,
+    send_error: Callable[[Send, GatewayError, dict[str, str]], Coroutine[Any, Any, None]] = _send_error,
+) -> None:
+    """Answer a request that failed before any answer (in the API's own error shape) and account it."""
+    note_failure(ctx, exc)
+    try:
+        await send_error(send, exc, ctx.response_headers(state.clock()))
+    finally:
+        state.accountant.record(ctx)
+
+
 async def _route_and_dispatch(
     state: AppState, ctx: RequestContext, candidates: tuple[Endpoint, ...]
 ) -> Completed | Streaming:
@@ -181,16 +200,10 @@ class InferenceEndpoint:
             candidates = resolve(state.catalog, self.op, ctx.model, body)
             result = await _until_disconnect(receive, _route_and_dispatch(state, ctx, candidates))
         except ClientGone:
-            if ctx.model:  # it left while upstream work ran: that work was cancelled, and is accounted
-                ctx.status, ctx.error = 499, "ClientDisconnected"
-                state.accountant.record(ctx)
+            account_gone(state, ctx)
             return
         except GatewayError as exc:
-            note_failure(ctx, exc)
-            try:
-                await _send_error(send, exc, ctx.response_headers(clock()))
-            finally:
-                state.accountant.record(ctx)
+            await refuse(state, ctx, send, exc)
             return
         if isinstance(result, Completed):
             if ctx.response_parts is not None:

@@ -28,11 +28,12 @@ from gateway.http.openai_routes import (
     InferenceEndpoint,
     _header,
     _route_and_dispatch,
-    _send_error,
     _send_json,
     _until_disconnect,
+    account_gone,
     note_failure,
     read_body,
+    refuse,
 )
 from gateway.pipeline import responses as stage
 from gateway.pipeline.context import RequestContext
@@ -107,16 +108,10 @@ class ResponsesEndpoint:
             if isinstance(result, Completed):
                 answer = await stage.complete(ctx, turn, result.body)
         except ClientGone:
-            if ctx.model:
-                ctx.status, ctx.error = 499, "ClientDisconnected"
-                state.accountant.record(ctx)
+            account_gone(state, ctx)
             return
         except GatewayError as exc:
-            note_failure(ctx, exc)
-            try:
-                await _send_error(send, exc, ctx.response_headers(clock()))
-            finally:
-                state.accountant.record(ctx)
+            await refuse(state, ctx, send, exc)
             return
         if isinstance(result, Completed):
             if ctx.response_parts is not None:
