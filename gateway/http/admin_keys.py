@@ -35,6 +35,9 @@ class _Limits(BaseModel):
     budget_usd: float | None = Field(None, ge=0)
     budget_period: Literal["daily", "weekly", "monthly", "total"] | None = None
     allowed_models: list[str] | None = None
+    # Endpoint region names or fnmatch patterns; a team's narrow its keys'.
+    allowed_regions: list[str] | None = None
+    data_collection: Literal["allow", "deny"] | None = None
     expires_at: datetime | None = None
     metadata: dict[str, Any] | None = None
 
@@ -232,6 +235,8 @@ def openapi_paths(op: Any, listing: dict[str, Any]) -> dict[str, Any]:
             "budget_usd": {"type": ["number", "null"], "minimum": 0},
             "budget_period": {"enum": ["daily", "weekly", "monthly", "total", None]},
             "allowed_models": {"type": ["array", "null"], "items": {"type": "string"}},
+            "allowed_regions": {"type": ["array", "null"], "items": {"type": "string"}},
+            "data_collection": {"enum": ["allow", "deny", None]},
             "expires_at": {"type": ["string", "null"], "format": "date-time"},
             "metadata": {"type": ["object", "null"]},
         },
