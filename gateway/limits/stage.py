@@ -54,6 +54,7 @@ from gateway.pipeline.settings import Period
 from gateway.routing.features import output_choices
 from gateway.routing.settings import KeyPolicy
 from gateway.state_store.base import StoreUnavailable
+from gateway.state_store.window import BUCKETS
 from kernel.deployment import Price
 from kernel.errors import RateLimited
 
@@ -236,6 +237,8 @@ class Limiter(RecordObserver):
         if not verdict.allowed:
             raise self._refusal(verdict, scopes[verdict.failed], charges[verdict.failed], now)
         self._tickets[id(ctx)] = Ticket(charges, store, tokens, cost, member)
+        if any(c.rate for c in charges):  # OpenAI sends them on every answer, not only on a 429
+            ctx.rate_headers = self._admitted_headers(charges, verdict.usage, now)
 
     async def count_request(self, ctx: RequestContext) -> None:
         """A request that reaches no upstream (count_tokens) against its key's and team's rpm alone:
@@ -394,6 +397,27 @@ class Limiter(RecordObserver):
                 f"Try again in {wait} s."
             )
         return RateLimited(message, headers=headers)
+
+    def _admitted_headers(self, charges: Sequence[Charge], usage: Sequence[ScopeUsage], now: float) -> dict[str, str]:
+        """The x-ratelimit-* headers of an admitted request, from what admission counted (no store
+        call): the scope with the least left (the key's or its team's), and the time until the
+        window has drained what it holds, this request included (to within one bucket)."""
+        width = self.window_s / BUCKETS
+        drained = openai_duration((math.floor(now / width) + BUCKETS) * width - now)
+        headers: dict[str, str] = {}
+        rpm = [(c.rpm - u.requests, c.rpm) for c, u in zip(charges, usage) if c.rpm is not None]
+        if rpm:
+            left, limit = min(rpm)
+            headers["x-ratelimit-limit-requests"] = str(limit)
+            headers["x-ratelimit-remaining-requests"] = str(max(0, left))
+            headers["x-ratelimit-reset-requests"] = drained
+        tpm = [(c.tpm - u.tokens, c.tpm) for c, u in zip(charges, usage) if c.tpm is not None]
+        if tpm:
+            left, limit = min(tpm)
+            headers["x-ratelimit-limit-tokens"] = str(limit)
+            headers["x-ratelimit-remaining-tokens"] = str(max(0, left))
+            headers["x-ratelimit-reset-tokens"] = drained
+        return headers
 
     def status(self) -> dict[str, Any]:
         """For /readyz: the store, and what limits do while it is away."""
