@@ -112,8 +112,9 @@ def build_state(
     )
     router = Router(settings.routing, catalog, shared, clock=clock, rng=random.Random(rng.random()) if rng else None)
     # Key limits and budgets are the limits stage's (gateway.limits), routing.keys' rpm/tpm included.
-    limiter = build_limiter(settings, prices.get, store=limit_store)
+    limiter = build_limiter(settings, prices.get, store=limit_store, regions={ep.region for ep in catalog.endpoints})
     router.admit_keys = False
+    router.key_policies = limiter.key_policy  # keys' and teams' regions and data policy
     tool_monitor = ToolCallMonitor(
         health_states,
         settings.probes.health,

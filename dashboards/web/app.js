@@ -303,18 +303,19 @@
   function destroyCharts() {
     while (charts.length) charts.pop().destroy();
     clear($("ep-charts"));
+    clear($("sp-charts"));
   }
 
-  function chartBox(title, points) {
+  function chartBox(title, points, container) {
     const fig = el("figure", { class: "chart", "data-chart": title, "data-points": String(points) },
       el("figcaption", {}, title));
-    $("ep-charts").append(fig);
+    (container || $("ep-charts")).append(fig);
     return fig;
   }
 
-  function drawChart(title, xs, series, yLabel) {
+  function drawChart(title, xs, series, yLabel, container) {
     const points = series.length ? series[0].values.filter((v) => !none(v)).length : 0;
-    const fig = chartBox(title, points);
+    const fig = chartBox(title, points, container);
     if (!xs.length || series.every((s) => s.values.every(none))) {
       fig.append(el("p", { class: "empty" }, "No data in this window yet."));
       return;
@@ -633,9 +634,54 @@
       (t) => [el("td", {}, t.name), el("td", { class: "num" }, num(t.keys.length))], "Teams");
   }
 
+  // Daily cost per key or team (the top ones by cost): one line each over the period's days.
+  function spendChart(title, rows, label) {
+    const top = rows.slice(0, 8);
+    const days = [...new Set(top.flatMap((r) => r.days.map((d) => d.day)))].sort();
+    const xs = days.map((d) => Date.parse(d + "T00:00:00Z") / 1000);
+    const series = top.map((r) => {
+      const cost = new Map(r.days.map((d) => [d.day, d.cost_usd]));
+      return { label: label(r), values: days.map((d) => cost.get(d) || 0) };
+    });
+    drawChart(title, xs, series, "USD", $("sp-charts"));
+  }
+
+  function renderTeamSpend(result) {
+    const rows = (result.data && result.data.data) || [];
+    const table = $("team-spend");
+    simpleHead(table, ["Team", "Keys ", "Requests ", "Prompt tokens ", "Completion tokens ", "Cost "]);
+    const body = clear(table.tBodies[0]);
+    for (const t of rows) {
+      body.append(el("tr", {}, el("td", {}, t.team), el("td", { class: "num" }, num(t.keys.length)),
+        el("td", { class: "num" }, num(t.requests)), el("td", { class: "num" }, num(t.prompt_tokens)),
+        el("td", { class: "num" }, num(t.completion_tokens)), el("td", { class: "num" }, usd(t.cost_usd))));
+    }
+    const days = $("team-spend-days");
+    simpleHead(days, ["Day", "Team", "Requests ", "Cost "]);
+    const dayBody = clear(days.tBodies[0]);
+    const perDay = rows.flatMap((t) => t.days.map((d) => ({ team: t.team, ...d })));
+    perDay.sort((a, b) => compare(b.day, a.day) || compare(a.team, b.team));
+    for (const d of perDay) {
+      dayBody.append(el("tr", {}, el("td", {}, d.day), el("td", {}, d.team), el("td", { class: "num" }, num(d.requests)),
+        el("td", { class: "num" }, usd(d.cost_usd))));
+    }
+    const empty = $("team-spend-empty");
+    empty.textContent = result.error ? "Team spend is unavailable: " + result.error.message : "No team spend recorded in this period yet.";
+    show(empty, rows.length === 0);
+    show(table.parentNode, rows.length > 0);
+    show(days.parentNode, perDay.length > 0);
+    return rows;
+  }
+
   async function loadSpend() {
     await loadKeys();
-    const spend = await optional("/admin/api/spend?days=" + encodeURIComponent($("sp-days").value));
+    const period = encodeURIComponent($("sp-days").value);
+    const [spend, teamSpend] = await Promise.all([
+      optional("/admin/api/spend?days=" + period), optional("/admin/api/spend/teams?days=" + period)]);
+    const teamRows = renderTeamSpend(teamSpend);
+    destroyCharts();
+    spendChart("Daily spend per key", (spend.data && spend.data.data) || [], (k) => k.key || "(no key)");
+    spendChart("Daily spend per team", teamRows, (t) => t.team);
     const rows = (spend.data && spend.data.data) || [];
     const table = $("spend-table");
     simpleHead(table, ["Key", "Requests ", "Prompt tokens ", "Cached tokens ", "Completion tokens ", "Cost "]);

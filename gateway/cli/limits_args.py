@@ -29,6 +29,14 @@ def add_limit_args(p: argparse.ArgumentParser, *, clearing: bool = False) -> Non
     p.add_argument("--budget", type=str if clearing else float, help="budget in USD per --period")
     p.add_argument("--period", choices=PERIODS, help="budget period (UTC calendar; default monthly)")
     p.add_argument("--models", help="allowed models: comma-separated fnmatch patterns ('gpt-4o*,org/*')")
+    p.add_argument(
+        "--regions", help="allowed endpoint regions: comma-separated names or fnmatch patterns ('eu-*,us-east')"
+    )
+    p.add_argument(
+        "--data-collection",
+        choices=("allow", "deny"),
+        help="deny: never route to a provider that may keep or train on prompts",
+    )
     p.add_argument("--expires", help="expiry, ISO 8601 (UTC when no offset is given)")
     p.add_argument("--metadata", help="a JSON object")
 
@@ -48,6 +56,10 @@ def _parse(name: str, raw: Any, kind: Callable[[str], Any]) -> Any:
     if isinstance(value, int) and name != "budget" and value < 1:
         raise argparse.ArgumentTypeError(f"--{name} must be at least 1")
     return value
+
+
+def _patterns(raw: str) -> list[str]:
+    return [p.strip() for p in raw.split(",") if p.strip()]
 
 
 def _expiry(raw: str) -> datetime:
@@ -70,7 +82,8 @@ def limit_values(args: argparse.Namespace, *, clearing: bool = False) -> dict[st
         ("tpm", "tpm_limit", int),
         ("max_parallel", "max_parallel", int),
         ("budget", "budget_usd", float),
-        ("models", "allowed_models", lambda s: [p.strip() for p in s.split(",") if p.strip()]),
+        ("models", "allowed_models", _patterns),
+        ("regions", "allowed_regions", _patterns),
         ("expires", "expires_at", _expiry),
         ("metadata", "metadata", _metadata),
     )
@@ -80,6 +93,8 @@ def limit_values(args: argparse.Namespace, *, clearing: bool = False) -> dict[st
             out[column] = _parse(attr.replace("_", "-"), raw, kind)
     if args.period is not None:
         out["budget_period"] = args.period
+    if args.data_collection is not None:
+        out["data_collection"] = args.data_collection
     return out
 
 

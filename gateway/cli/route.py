@@ -28,6 +28,8 @@ from gateway.catalog import Catalog, endpoints_from_settings
 from gateway.cli.client import add_admin_key_options, client_settings
 from gateway.config import Settings, load_config
 from gateway.engines import all_engine_endpoints
+from gateway.limits.stage import Limiter
+from gateway.limits.store import MemoryLimitStore
 from gateway.pipeline.explain import OPS, explain_with
 from gateway.routing.breaker import CircuitBreaker
 from gateway.routing.router import Router
@@ -106,6 +108,10 @@ async def explain_request(settings: Settings, op: str, body: dict[str, Any], key
     catalog = dry_run_catalog(settings)
     shared = SharedState(settings.routing, settings.state_store, catalog, MemoryStore(), CircuitBreaker(settings.breaker))
     router = Router(settings.routing, catalog, shared)
+    # Config keys' and teams' regions and data policy narrow routing.keys', as in the gateway.
+    regions = {ep.region for ep in catalog.endpoints}
+    prices = {ep.id: ep.deployment.price for ep in catalog.endpoints}
+    router.key_policies = Limiter(settings, MemoryLimitStore(), prices.get, regions=regions).key_policy
     return await explain_with(router, op, body, key)
 
 

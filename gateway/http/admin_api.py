@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.health_states import DATABASE_SINK
-from gateway.http.admin_handlers import _handler, _json, _persistence, _query
+from gateway.http.admin_handlers import _handler, _int, _json, _persistence, _query
 from gateway.http.admin_openapi import openapi
 from gateway.persistence import health as health_repo
 from gateway.persistence import probes as probe_repo
@@ -34,15 +34,6 @@ MAX_POINTS = 2000
 
 def _limit(request: Request, default: int = 100) -> int:
     return _int(request, "limit", default, 1, MAX_LIMIT)
-
-
-def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    if not raw.isdigit() or not low <= int(raw) <= high:
-        raise InvalidRequest(f"`{name}` must be an integer from {low} to {high}.", param=name)
-    return int(raw)
 
 
 def _duration(request: Request, name: str, default: str) -> int:

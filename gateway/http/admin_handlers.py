@@ -15,7 +15,7 @@ from gateway.http.admin import _guard
 from gateway.http.errors import error_response
 from gateway.persistence.runtime import Persistence
 from gateway.state import AppState
-from kernel.errors import GatewayError, Unavailable
+from kernel.errors import GatewayError, InvalidRequest, Unavailable
 
 T = TypeVar("T")
 
@@ -24,6 +24,15 @@ def _json(data: Any, status: int = 200) -> Response:
     # Row keys are str subclasses (quoted_name), which orjson only takes with OPT_NON_STR_KEYS.
     body = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
     return Response(body, status_code=status, media_type="application/json")
+
+
+def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise InvalidRequest(f"`{name}` must be an integer from {low} to {high}.", param=name)
+    return int(raw)
 
 
 def _persistence(state: AppState) -> Persistence:

@@ -7,7 +7,7 @@ Handlers are thin: validate the body, run one repository call off the event loop
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import orjson
@@ -16,9 +16,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.http.admin_handlers import _handler, _json, _persistence, _query
+from gateway.http.admin_handlers import _handler, _int, _json, _persistence, _query
 from gateway.limits.policy import period_bounds
 from gateway.persistence import keys as key_repo
+from gateway.persistence import stats
 from gateway.persistence import teams as team_repo
 from gateway.persistence.key_views import views
 from gateway.state import AppState
@@ -35,6 +36,9 @@ class _Limits(BaseModel):
     budget_usd: float | None = Field(None, ge=0)
     budget_period: Literal["daily", "weekly", "monthly", "total"] | None = None
     allowed_models: list[str] | None = None
+    # Endpoint region names or fnmatch patterns; a team's narrow its keys'.
+    allowed_regions: list[str] | None = None
+    data_collection: Literal["allow", "deny"] | None = None
     expires_at: datetime | None = None
     metadata: dict[str, Any] | None = None
 
@@ -200,6 +204,15 @@ async def update_team(request: Request, state: AppState) -> Response:
     return _json(_one(rows, name, "team"))
 
 
+async def team_spend(request: Request, state: AppState) -> Response:
+    """Spend per team and UTC day (its keys' together), for the last `days` days."""
+    days = _int(request, "days", 30, 1, 3660)
+    since = datetime.fromtimestamp(_persistence(state).wall(), UTC).date() - timedelta(days=days - 1)
+    config_teams = {k.name: k.team for k in state.settings.auth.keys if k.team}
+    rows = await _query(state, stats.spend_by_team, since, config_teams)
+    return _json({"object": "list", "since": since.isoformat(), "data": rows})
+
+
 async def delete_team(request: Request, state: AppState) -> Response:
     name = request.path_params["name"]
     await _run(state, team_repo.delete_team, name)
@@ -213,6 +226,7 @@ routes = [
     Route("/admin/api/keys/{name}", _handler(update_key), methods=["PATCH"]),
     Route("/admin/api/keys/{name}/revoke", _handler(revoke_key), methods=["POST"]),
     Route("/admin/api/keys/{name}/rotate", _handler(rotate_key), methods=["POST"]),
+    Route("/admin/api/spend/teams", _handler(team_spend), methods=["GET"]),
     Route("/admin/api/teams", _handler(list_teams), methods=["GET"]),
     Route("/admin/api/teams", _handler(create_team), methods=["POST"]),
     Route("/admin/api/teams/{name}", _handler(get_team), methods=["GET"]),
@@ -232,6 +246,8 @@ def openapi_paths(op: Any, listing: dict[str, Any]) -> dict[str, Any]:
             "budget_usd": {"type": ["number", "null"], "minimum": 0},
             "budget_period": {"enum": ["daily", "weekly", "monthly", "total", None]},
             "allowed_models": {"type": ["array", "null"], "items": {"type": "string"}},
+            "allowed_regions": {"type": ["array", "null"], "items": {"type": "string"}},
+            "data_collection": {"enum": ["allow", "deny", None]},
             "expires_at": {"type": ["string", "null"], "format": "date-time"},
             "metadata": {"type": ["object", "null"]},
         },
@@ -252,6 +268,9 @@ def openapi_paths(op: Any, listing: dict[str, Any]) -> dict[str, Any]:
         "/admin/api/teams": {
             "get": op("Teams with their limits, keys, spend and remaining budget", response=listing, errors=(503,)),
             "post": op("Create a team", body=team_body, errors=(400, 409, 503)),
+        },
+        "/admin/api/spend/teams": {
+            "get": op("Spend per team (its keys' together): totals and per-day rows", response=listing, errors=(400, 503)),
         },
         "/admin/api/teams/{name}": {
             "get": op("One team", errors=(404, 503)),

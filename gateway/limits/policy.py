@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
+from typing import Literal
 
 from gateway.pipeline.settings import KeyLimits, Period
 
@@ -30,6 +32,8 @@ class Scope:
     budget_usd: float | None = None
     budget_period: Period = "monthly"
     allowed_models: tuple[str, ...] | None = None
+    allowed_regions: tuple[str, ...] | None = None  # names or fnmatch patterns, lower case
+    data_collection: Literal["allow", "deny"] = "allow"
     expires_at: float | None = None  # epoch seconds
     spent_usd: float = 0.0
     spent_period: str = ""  # the period `spent_usd` is for
@@ -43,8 +47,9 @@ class Scope:
         return self.rpm is not None or self.tpm is not None or self.max_parallel is not None or self.budget_usd is not None
 
     @property
-    def checks(self) -> bool:
-        return self.limited or self.allowed_models is not None or self.expires_at is not None
+    def steers(self) -> bool:
+        """Whether it narrows where routing may send the request."""
+        return self.allowed_regions is not None or self.data_collection == "deny"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +73,8 @@ def scope_from(kind: str, name: str, limits: KeyLimits, **extra: object) -> Scop
         budget_usd=limits.budget_usd,
         budget_period=limits.budget_period,
         allowed_models=limits.allowed_models,
+        allowed_regions=regions_of(limits.allowed_regions),
+        data_collection=limits.data_collection,
         expires_at=limits.expires_at.timestamp() if limits.expires_at is not None else None,
         **extra,  # type: ignore[arg-type]
     )
@@ -98,3 +105,16 @@ def _matches(patterns: tuple[str, ...], model: str) -> bool:
 
 def model_allowed(patterns: tuple[str, ...] | None, model: str) -> bool:
     return patterns is None or _matches(patterns, model)
+
+
+def regions_of(raw: Sequence[str] | None) -> tuple[str, ...] | None:
+    return tuple(r.strip().lower() for r in raw if r.strip()) if raw is not None else None
+
+
+def allowed_regions(patterns: Sequence[tuple[str, ...] | None], known: Iterable[str]) -> tuple[str, ...] | None:
+    """The regions of `known` that every pattern list allows (None: no list limits them), so a
+    team's list narrows its key's. A list that matches nothing known allows nothing."""
+    lists = [p for p in patterns if p is not None]
+    if not lists:
+        return None
+    return tuple(sorted(r for r in {k.lower() for k in known} if all(_matches(p, r) for p in lists)))

@@ -17,7 +17,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ from gateway.limits.errors import (
 from gateway.limits.policy import (
     KeyRecord,
     Scope,
+    allowed_regions,
     model_allowed,
     period_bounds,
     scope_from,
@@ -51,7 +52,9 @@ from gateway.pipeline.context import RequestContext
 from gateway.pipeline.observe import RecordObserver
 from gateway.pipeline.settings import Period
 from gateway.routing.features import output_choices
+from gateway.routing.settings import KeyPolicy
 from gateway.state_store.base import StoreUnavailable
+from gateway.state_store.window import BUCKETS
 from kernel.deployment import Price
 from kernel.errors import RateLimited
 
@@ -111,6 +114,7 @@ class Limiter(RecordObserver):
         wall: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
         replica: str | None = None,
+        regions: Iterable[str] = (),
     ) -> None:
         self.cfg = settings.limits
         self.window_s = settings.routing.rate_window_s
@@ -125,6 +129,8 @@ class Limiter(RecordObserver):
         self._default_rpm, self._default_tpm = default.rpm, default.tpm
         self._defaults: dict[str, KeyRecord] = {}
         self._stored: dict[str, KeyRecord] = {}
+        self._regions = frozenset(r.lower() for r in regions)  # the catalog's: what patterns expand to
+        self._steering: dict[str | None, tuple[KeyRecord, KeyPolicy, KeyPolicy]] = {}
         self._tickets: dict[int, Ticket] = {}
         self._pending: set[asyncio.Task[None]] = set()
         self._ids = itertools.count()
@@ -139,6 +145,7 @@ class Limiter(RecordObserver):
     def set_stored(self, records: Mapping[str, KeyRecord]) -> None:
         """The database's keys (name -> record), swapped in whole by the periodic refresh."""
         self._stored = {name: self._with_default(r) for name, r in records.items()}
+        self._steering = {}
 
     @property
     def config_records(self) -> dict[str, KeyRecord]:
@@ -165,6 +172,28 @@ class Limiter(RecordObserver):
                 self._defaults.clear()
             default = self._defaults[name] = KeyRecord(Scope("key", name, rpm=self._default_rpm, tpm=self._default_tpm))
         return default
+
+    def key_policy(self, key_name: str | None, base: KeyPolicy) -> KeyPolicy:
+        """Where routing may send this key's requests: `base` (routing.keys' policy of the name)
+        narrowed by the key's and its team's allowed regions and data policy, so the router's
+        region and data-policy filters enforce them as they do routing.keys'. No I/O; remembered
+        per key until the records change."""
+        record = self.record(key_name)
+        if record is None or not any(s.steers for s in record.scopes):
+            return base
+        known = self._steering.get(key_name)
+        if known is not None and known[0] is record and known[1] is base:
+            return known[2]
+        lists = [tuple(r.lower() for r in base.regions) if base.regions is not None else None]
+        lists += [s.allowed_regions for s in record.scopes]
+        deny = base.data_collection == "deny" or any(s.data_collection == "deny" for s in record.scopes)
+        policy = base.model_copy(
+            update={"regions": allowed_regions(lists, self._regions), "data_collection": "deny" if deny else "allow"}
+        )
+        if len(self._steering) >= 65_536:
+            self._steering.clear()
+        self._steering[key_name] = (record, base, policy)
+        return policy
 
     # -- the stage --------------------------------------------------------------------------
 
@@ -208,6 +237,8 @@ class Limiter(RecordObserver):
         if not verdict.allowed:
             raise self._refusal(verdict, scopes[verdict.failed], charges[verdict.failed], now)
         self._tickets[id(ctx)] = Ticket(charges, store, tokens, cost, member)
+        if any(c.rate for c in charges):  # OpenAI sends them on every answer, not only on a 429
+            ctx.rate_headers = self._admitted_headers(charges, verdict.usage, now)
 
     async def count_request(self, ctx: RequestContext) -> None:
         """A request that reaches no upstream (count_tokens) against its key's and team's rpm alone:
@@ -366,6 +397,27 @@ class Limiter(RecordObserver):
                 f"Try again in {wait} s."
             )
         return RateLimited(message, headers=headers)
+
+    def _admitted_headers(self, charges: Sequence[Charge], usage: Sequence[ScopeUsage], now: float) -> dict[str, str]:
+        """The x-ratelimit-* headers of an admitted request, from what admission counted (no store
+        call): the scope with the least left (the key's or its team's), and the time until the
+        window has drained what it holds, this request included (to within one bucket)."""
+        width = self.window_s / BUCKETS
+        drained = openai_duration((math.floor(now / width) + BUCKETS) * width - now)
+        headers: dict[str, str] = {}
+        rpm = [(c.rpm - u.requests, c.rpm) for c, u in zip(charges, usage) if c.rpm is not None]
+        if rpm:
+            left, limit = min(rpm)
+            headers["x-ratelimit-limit-requests"] = str(limit)
+            headers["x-ratelimit-remaining-requests"] = str(max(0, left))
+            headers["x-ratelimit-reset-requests"] = drained
+        tpm = [(c.tpm - u.tokens, c.tpm) for c, u in zip(charges, usage) if c.tpm is not None]
+        if tpm:
+            left, limit = min(tpm)
+            headers["x-ratelimit-limit-tokens"] = str(limit)
+            headers["x-ratelimit-remaining-tokens"] = str(max(0, left))
+            headers["x-ratelimit-reset-tokens"] = drained
+        return headers
 
     def status(self) -> dict[str, Any]:
         """For /readyz: the store, and what limits do while it is away."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from gateway.limits.settings import LimiterSettings
@@ -33,6 +33,8 @@ def build_limiter(
     *,
     store: LimitStore | None = None,
     wall: Callable[[], float] = time.time,
+    regions: Iterable[str] = (),
 ) -> Limiter:
-    return Limiter(settings, store or open_limit_store(settings.state_store), prices, wall=wall)
+    """`regions`: the catalog's endpoint regions, which keys' region patterns are matched against."""
+    return Limiter(settings, store or open_limit_store(settings.state_store), prices, wall=wall, regions=regions)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Engine, func, select
 
-from gateway.limits.policy import KeyRecord, Scope, period_bounds
+from gateway.limits.policy import KeyRecord, Scope, period_bounds, regions_of
 from gateway.persistence.keys import KeySet, StoredKey, load_keys
 from gateway.persistence.models import spend_daily
 from gateway.persistence.teams import StoredTeam, list_teams
@@ -72,6 +72,8 @@ def key_scope(k: StoredKey, book: SpendBook) -> Scope:
         budget_usd=k.budget_usd,
         budget_period=period,
         allowed_models=tuple(k.allowed_models) if k.allowed_models is not None else None,
+        allowed_regions=regions_of(k.allowed_regions),
+        data_collection="deny" if k.data_collection == "deny" else "allow",
         expires_at=_expiry(k.expires_at),
         spent_usd=spent,
         spent_period=label,
@@ -90,6 +92,8 @@ def team_scope(t: StoredTeam, members: Iterable[str], book: SpendBook) -> Scope:
         budget_usd=t.budget_usd,
         budget_period=period,
         allowed_models=tuple(t.allowed_models) if t.allowed_models is not None else None,
+        allowed_regions=regions_of(t.allowed_regions),
+        data_collection="deny" if t.data_collection == "deny" else "allow",
         expires_at=_expiry(t.expires_at),
         spent_usd=spent,
         spent_period=label,
@@ -149,6 +153,8 @@ def describe(scope: Scope, now: float, live_micro: int | None = None) -> dict[st
         "budget_usd": scope.budget_usd,
         "budget_period": scope.budget_period,
         "allowed_models": list(scope.allowed_models) if scope.allowed_models is not None else None,
+        "allowed_regions": list(scope.allowed_regions) if scope.allowed_regions is not None else None,
+        "data_collection": scope.data_collection,
         "expires_at": datetime.fromtimestamp(scope.expires_at, UTC).isoformat() if scope.expires_at is not None else None,
         "spend_usd": round(spent, 6),
         "remaining_usd": round(max(0.0, scope.budget_usd - spent), 6) if scope.budget_usd is not None else None,

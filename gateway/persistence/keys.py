@@ -29,6 +29,8 @@ LIMIT_COLUMNS = (
     "allowed_models",
     "expires_at",
     "metadata",
+    "allowed_regions",
+    "data_collection",
 )
 
 
@@ -61,6 +63,8 @@ class StoredKey:
     expires_at: datetime | None = None
     metadata: dict[str, Any] | None = None
     rotated_at: datetime | None = None
+    allowed_regions: list[str] | None = None
+    data_collection: str | None = None
 
     @property
     def active(self) -> bool:

@@ -43,6 +43,8 @@ def _limits() -> list[Column]:  # type: ignore[type-arg]
         Column("allowed_models", JSON),  # a list of fnmatch patterns; NULL: every model
         Column("expires_at", UTCDateTime),
         Column("metadata", JSON),
+        Column("allowed_regions", JSON),  # region names or fnmatch patterns; NULL: every region
+        Column("data_collection", String(8)),  # allow | deny; NULL: allow
     ]
 
 

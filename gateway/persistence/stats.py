@@ -1,5 +1,5 @@
 """The admin API's read queries over the request log and the spend table: per-endpoint figures over
-a window (error rate, latency percentiles, cache hit rate, cost), time series, spend per key.
+a window (error rate, latency percentiles, cache hit rate, cost), time series, spend per key and per team.
 
 Percentiles are exact nearest-rank values from window functions, which SQLite and PostgreSQL
 both have, so the same SQL serves both.
@@ -8,13 +8,14 @@ both have, so the same SQL serves both.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import date
 from typing import Any
 
 from sqlalchemy import Connection, Engine, case, func, or_, select
 from sqlalchemy.sql import ColumnElement
 
-from gateway.persistence.models import request_log, spend_daily
+from gateway.persistence.models import gateway_keys, request_log, spend_daily, teams
 from gateway.persistence.types import epoch_bucket, utc
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -182,3 +183,34 @@ def spend(engine: Engine, since: date, *, key_name: str | None = None) -> list[d
         for name in ("requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cost_usd"):
             entry[name] += day[name]
     return sorted(keys.values(), key=lambda e: -e["cost_usd"])
+
+
+SUMS = ("requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cost_usd")
+
+
+def spend_by_team(engine: Engine, since: date, config_teams: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Spend per team from `since` on: the sum of its keys' (revoked ones too, as budgets count
+    them), by the team each key belongs to now; `config_teams`: config keys' teams (auth.keys)."""
+    with engine.connect() as conn:
+        members = conn.execute(
+            select(gateway_keys.c.name, teams.c.name).join(teams, gateway_keys.c.team_id == teams.c.id)
+        ).all()
+    team_of = {**(config_teams or {}), **{key: team for key, team in members}}
+    out: dict[str, dict[str, Any]] = {}
+    for k in spend(engine, since):
+        team = team_of.get(k["key"] or "")
+        if team is None:
+            continue
+        entry = out.setdefault(team, {"team": team, "keys": [], **dict.fromkeys(SUMS, 0), "days": {}})
+        entry["keys"].append(k["key"])
+        for name in SUMS:
+            entry[name] += k[name]
+        for d in k["days"]:
+            day = entry["days"].setdefault(d["day"], {"day": d["day"], **dict.fromkeys(SUMS, 0)})
+            for name in SUMS:
+                day[name] += d[name]
+    for entry in out.values():
+        entry["keys"].sort()
+        entry["cost_usd"] = round(entry["cost_usd"], 9)
+        entry["days"] = [{**d, "cost_usd": round(d["cost_usd"], 9)} for _, d in sorted(entry["days"].items())]
+    return sorted(out.values(), key=lambda e: (-e["cost_usd"], e["team"]))

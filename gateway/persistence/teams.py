@@ -24,6 +24,8 @@ TEAM_COLUMNS = (
     "allowed_models",
     "expires_at",
     "metadata",
+    "allowed_regions",
+    "data_collection",
 )
 
 
@@ -43,6 +45,8 @@ class StoredTeam:
     expires_at: datetime | None
     metadata: dict[str, Any] | None
     created_at: datetime
+    allowed_regions: list[str] | None = None
+    data_collection: str | None = None
 
 
 _FIELDS = tuple(StoredTeam.__dataclass_fields__)

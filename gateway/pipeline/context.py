@@ -44,6 +44,8 @@ class RequestContext:
     # explanation header, and body fields to add for particular endpoints (prompt_cache_key).
     route: RouteTicket | None = None
     route_header: str | None = None
+    # The key's rate-limit headers (x-ratelimit-*), set by the limits stage at admission.
+    rate_headers: dict[str, str] | None = None
     body_extra: dict[str, dict[str, Any]] | None = None
     # Set only when the request carries tools: gathers the response's calls for the passive
     # tool-call monitor (probes.toolcalls.trace.ToolTrace).
@@ -68,4 +70,6 @@ class RequestContext:
             headers["x-gateway-fail-open"] = self.fail_open
         if self.route_header:
             headers["x-gateway-route"] = self.route_header
+        if self.rate_headers:
+            headers.update(self.rate_headers)
         return headers

@@ -28,6 +28,11 @@ class KeyLimits(Frozen):
     budget_period: Period = "monthly"
     # fnmatch patterns of public model names ("gpt-4o*", "org/*"); None allows every model.
     allowed_models: tuple[str, ...] | None = None
+    # Endpoint regions its requests may go to: names or fnmatch patterns ("eu-*"); None allows any.
+    # A team's narrow its keys' (both must allow a region), as do routing.keys' `regions`.
+    allowed_regions: tuple[str, ...] | None = None
+    # "deny": never route to a provider that may keep or train on prompts (the key's or its team's).
+    data_collection: Literal["allow", "deny"] = "allow"
     # After this instant the key (or every key of the team) gets 401.
     expires_at: datetime | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)

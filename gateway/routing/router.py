@@ -89,6 +89,9 @@ class Router:
         self._takes_cache_key = frozenset(e for e, p in shared.profiles.items() if p.prompt_cache_key)
         # Whether route() enforces routing.keys' rpm/tpm itself (the app leaves it to gateway.limits).
         self.admit_keys = True
+        # (key name, routing.keys' policy) -> the policy routing applies: the app narrows it by
+        # the key's and its team's stored regions and data policy (gateway.limits).
+        self.key_policies: Callable[[str | None, KeyPolicy], KeyPolicy] | None = None
         self.cache_keys = CacheKeySharder(clock, shard_rpm=cfg.affinity.shard_rpm, max_shards=cfg.affinity.max_shards)
 
     # -- the decision -------------------------------------------------------------------
@@ -100,6 +103,9 @@ class Router:
         if prefs.order or prefs.only or prefs.ignore:
             preferences.check_names(prefs, self._names)
         a = self.cfg.affinity
+        key_policy = self.cfg.keys.get(key_name or "", self.cfg.default_key)
+        if self.key_policies is not None:
+            key_policy = self.key_policies(key_name, key_policy)
         return extract(
             op,
             body,
@@ -107,7 +113,7 @@ class Router:
             family_bytes=a.family_bytes,
             expected_output_tokens=self.cfg.expected_output_tokens,
             prefs=prefs,
-            key_policy=self.cfg.keys.get(key_name or "", self.cfg.default_key),
+            key_policy=key_policy,
             key_name=key_name,
             chains=self.chains,
             hash_chain=hash_chain,

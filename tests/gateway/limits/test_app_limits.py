@@ -5,6 +5,7 @@ overspend a $1.00 budget, and each refusal is the SDK's typed error with OpenAI'
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,7 +29,7 @@ from tests.gateway.state_store.redis_helpers import (
 )
 from tests.services import require
 
-KEYS = {name: f"sk-limits-{name}-000001" for name in ("rpm", "budget", "narrow", "old", "free", "one")}
+KEYS = {name: f"sk-limits-{name}-000001" for name in ("rpm", "budget", "narrow", "old", "free", "one", "rated")}
 HELLO = [{"role": "user", "content": "hi"}]
 
 
@@ -55,6 +56,21 @@ def answer(request: UpstreamRequest) -> MockResponse:
     return MockResponse(200, {"content-type": "application/json"}, orjson.dumps(reply))
 
 
+def answer_any(request: UpstreamRequest) -> MockResponse:
+    """Chat as `answer`; a legacy completion and embeddings in their own wire formats."""
+    body = orjson.loads(request.body)
+    usage = {"prompt_tokens": 10, "completion_tokens": 100, "total_tokens": 110}
+    if request.url.endswith("/embeddings"):
+        data = [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2]}]
+        reply: dict[str, Any] = {"object": "list", "data": data, "model": body["model"], "usage": {"prompt_tokens": 2, "total_tokens": 2}}
+    elif request.url.endswith("/completions") and not request.url.endswith("/chat/completions"):
+        choice = {"index": 0, "text": "ok", "finish_reason": "stop", "logprobs": None}
+        reply = {"id": "x", "object": "text_completion", "created": 1, "model": body["model"], "choices": [choice], "usage": usage}
+    else:
+        return answer(request)
+    return MockResponse(200, {"content-type": "application/json"}, orjson.dumps(reply))
+
+
 def settings(state_store: dict[str, Any]) -> Settings:
     return load_config(
         environ={},
@@ -66,11 +82,16 @@ def settings(state_store: dict[str, Any]) -> Settings:
                 {"name": "old", "key": KEYS["old"], "expires_at": "2020-01-01T00:00:00Z"},
                 {"name": "free", "key": KEYS["free"]},
                 {"name": "one", "key": KEYS["one"], "max_parallel": 1, "budget_usd": 0.5, "budget_period": "total"},
+                {"name": "rated", "key": KEYS["rated"], "tpm": 100_000, "team": "squad"},
             ]
         },
+        limits={"teams": {"squad": {"rpm": 50}}},
         state_store=state_store,
         providers=[{"name": "p", "base_url": "http://p.test/v1"}],
-        deployments=[{"model": "m", "provider": "p", "price": {"input": 0.0, "output": 100.0}}],
+        deployments=[
+            {"model": "m", "provider": "p", "price": {"input": 0.0, "output": 100.0}},
+            {"model": "e", "provider": "p", "capabilities": {"modes": ["embeddings"]}},
+        ],
         retry={"attempts_per_endpoint": 1, "max_attempts": 1},
     )
 
@@ -87,7 +108,7 @@ def start(loop: BackgroundLoop) -> Iterator[Callable[..., GatewayServer]]:
     started: list[GatewayServer] = []
 
     def run(cfg: Settings, **kw: Any) -> GatewayServer:
-        server = GatewayServer(create_app(cfg, client_factory=lambda: MockHTTPClient(answer), **kw), loop).start()
+        server = GatewayServer(create_app(cfg, client_factory=lambda: MockHTTPClient(answer_any), **kw), loop).start()
         started.append(server)
         return server
 
@@ -118,7 +139,10 @@ def client(gw: GatewayServer, key: str) -> openai.OpenAI:
 def test_two_replicas_enforce_one_rpm_limit(replicas: tuple[GatewayServer, GatewayServer]) -> None:
     clients = [client(gw, "rpm") for gw in replicas]
     for i in range(10):
-        clients[i % 2].chat.completions.create(model="m", messages=HELLO, max_tokens=5)
+        raw = clients[i % 2].chat.completions.with_raw_response.create(model="m", messages=HELLO, max_tokens=5)
+        # Each answer says what is left, counted across both replicas (no extra store call).
+        assert raw.headers["x-ratelimit-remaining-requests"] == str(9 - i)
+        assert raw.headers["x-ratelimit-limit-requests"] == "10"
     with pytest.raises(openai.RateLimitError) as refused:
         clients[0].chat.completions.create(model="m", messages=HELLO, max_tokens=5)
     with pytest.raises(openai.RateLimitError):
@@ -320,3 +344,50 @@ def test_count_tokens_honours_the_keys_allowed_models_and_rpm(start: Callable[..
         refused = http.post("/v1/messages/count_tokens", json=body, headers={"x-api-key": KEYS["rpm"]})
     assert refused.status_code == 429 and refused.json()["error"]["type"] == "rate_limit_error"
     assert refused.headers["x-ratelimit-limit-requests"] == "10" and int(refused.headers["retry-after"]) >= 1
+
+
+def _seconds(duration: str) -> float:
+    found = re.fullmatch(r"(?:(\d+)m)?(\d+)s|(\d+)ms", duration)
+    assert found is not None, duration
+    minutes, seconds, ms = found.groups()
+    return int(ms) / 1000 if ms else int(minutes or 0) * 60 + int(seconds)
+
+
+def test_every_answer_carries_the_rate_limit_headers(start: Callable[..., GatewayServer]) -> None:
+    """As OpenAI sends them on each answer, not only on a 429: chat (plain and streamed),
+    completions, embeddings, responses and messages, each counted once. The team's rpm (50) is
+    the tighter request limit, the key's tpm the only token limit; a key without limits gets none."""
+    import anthropic
+
+    gw = start(settings({"backend": "memory"}))
+    c = client(gw, "rated")
+    calls = [
+        lambda: c.chat.completions.with_raw_response.create(model="m", messages=HELLO, max_tokens=5),
+        lambda: c.chat.completions.with_raw_response.create(model="m", messages=HELLO, max_tokens=5, stream=True),
+        lambda: c.completions.with_raw_response.create(model="m", prompt="hi", max_tokens=5),
+        lambda: c.embeddings.with_raw_response.create(model="e", input="hi"),
+        lambda: c.responses.with_raw_response.create(model="m", input="hi", max_output_tokens=16, store=False),
+    ]
+    seen = []
+    for call in calls:
+        raw = call()
+        seen.append(raw.headers)
+        if "stream" in raw.headers.get("content-type", ""):
+            assert list(raw.parse())  # the stream's own headers carry them, before its first event
+        else:
+            raw.parse()
+    with anthropic.Anthropic(base_url=gw.root, api_key=KEYS["rated"], max_retries=0) as a:
+        seen.append(a.messages.with_raw_response.create(model="m", max_tokens=5, messages=HELLO).headers)
+    remaining = [int(h["x-ratelimit-remaining-requests"]) for h in seen]
+    assert remaining == [49, 48, 47, 46, 45, 44]
+    assert {h["x-ratelimit-limit-requests"] for h in seen} == {"50"}
+    assert {h["x-ratelimit-limit-tokens"] for h in seen} == {"100000"}
+    tokens = [int(h["x-ratelimit-remaining-tokens"]) for h in seen]
+    assert all(0 < t < 100_000 for t in tokens) and tokens == sorted(tokens, reverse=True) and len(set(tokens)) == 6
+    for h in seen:  # the 60 s window drains what it holds within the window, to one bucket (5 s)
+        for name in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"):
+            assert 55 <= _seconds(h[name]) <= 60, h[name]
+    with client(gw, "free") as free:
+        plain = free.chat.completions.with_raw_response.create(model="m", messages=HELLO, max_tokens=5)
+    assert not [name for name in plain.headers if name.startswith("x-ratelimit-")]
+    c.close()

@@ -74,3 +74,28 @@ def test_keys_and_teams_over_the_admin_api(engine: Engine, tmp_path: Path) -> No
         assert [r["name"] for r in listing] == ["k"] and "key" not in listing[0]
         teams = client.get("/admin/api/teams", headers=ADMIN).json()["data"]
         assert teams[0]["keys"] == ["k"]
+
+
+def test_team_spend_over_the_admin_api(engine: Engine, tmp_path: Path) -> None:
+    cfg = settings(
+        tmp_path,
+        url_of(engine),
+        persistence={"writer": "thread"},
+        deployments=[{"model": "m", "provider": "p", "upstream_model": "up", "price": PRICE}],
+    )
+    with TestClient(create_app(cfg, client_factory=lambda: MockHTTPClient(answer))) as client:
+        assert client.post("/admin/api/teams", json={"name": "eng"}, headers=ADMIN).status_code == 201
+        secret = client.post("/admin/api/keys", json={"name": "k", "team": "eng"}, headers=ADMIN).json()["key"]
+        user = {"authorization": f"Bearer {secret}"}
+        wait_for(lambda: client.post("/v1/chat/completions", json=HELLO, headers=user).status_code == 200)
+
+        def eng() -> list[dict[str, object]]:
+            return client.get("/admin/api/spend/teams?days=7", headers=ADMIN).json()["data"]
+
+        wait_for(lambda: bool(eng()))  # the request writer records the spend off the request path
+        (row,) = eng()
+        assert row["team"] == "eng" and row["keys"] == ["k"] and row["requests"] == 1 and row["cost_usd"] == 0.01
+        assert len(row["days"]) == 1 and row["days"][0]["cost_usd"] == 0.01  # type: ignore[index]
+        bad = client.get("/admin/api/spend/teams?days=0", headers=ADMIN)
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "days"
+        assert client.get("/admin/api/spend/teams").status_code == 401

@@ -115,3 +115,33 @@ def test_the_start_up_check_does_not_load_alembic() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_0006_adds_regions_and_data_policy_to_existing_keys_and_teams(empty: tuple[Engine, DatabaseConfig]) -> None:
+    """Rows written before 0006 keep working after it (no policy: NULL), and 0006's downgrade
+    gives the columns back without touching the rows."""
+    from datetime import UTC, datetime
+
+    from sqlalchemy import text
+
+    engine, _ = empty
+    migrate.upgrade(engine, "0005")
+    now = datetime.now(UTC)
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO teams (id, name, created_at) VALUES (1, 'eng', :now)"), {"now": now})
+        conn.execute(
+            text("INSERT INTO gateway_keys (name, digest, prefix, created_at, team_id) VALUES ('k', :d, 'sk-gw-ab', :now, 1)"),
+            {"d": "0" * 64, "now": now},
+        )
+    migrate.upgrade(engine)
+    columns = {c["name"] for c in inspect(engine).get_columns("gateway_keys")}
+    assert {"allowed_regions", "data_collection"} <= columns
+    assert {"allowed_regions", "data_collection"} <= {c["name"] for c in inspect(engine).get_columns("teams")}
+    with engine.begin() as conn:
+        assert conn.execute(text("SELECT allowed_regions, data_collection FROM gateway_keys")).one() == (None, None)
+        conn.execute(text("UPDATE teams SET data_collection = 'deny'"))
+    migrate.downgrade(engine, "0005")
+    assert "allowed_regions" not in {c["name"] for c in inspect(engine).get_columns("gateway_keys")}
+    assert "data_collection" not in {c["name"] for c in inspect(engine).get_columns("teams")}
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT name, team_id FROM gateway_keys")).one() == ("k", 1)

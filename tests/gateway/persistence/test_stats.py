@@ -7,7 +7,7 @@ from datetime import date
 import pytest
 from sqlalchemy import Engine
 
-from gateway.persistence import stats
+from gateway.persistence import keys, stats, teams
 from gateway.persistence.requests import write_batch
 from tests.gateway.persistence.factories import record
 
@@ -102,3 +102,36 @@ def test_spend_per_key(engine: Engine) -> None:
     assert [d["day"] for d in rows[1]["days"]] == ["2026-01-01", "2026-01-02"]
     assert [r["key"] for r in stats.spend(engine, date(2026, 1, 2))] == ["a"]
     assert [r["key"] for r in stats.spend(engine, date(2026, 1, 1), key_name="b")] == ["b"]
+
+
+def test_spend_per_team_sums_its_keys_per_day(engine: Engine) -> None:
+    """A team's spend is its keys' (revoked ones too, by the team they are in now), config keys'
+    teams included; a key without a team is in none."""
+    teams.create_team(engine, "eng")
+    teams.create_team(engine, "ops")
+    keys.create_key(engine, "a", team="eng")
+    keys.create_key(engine, "b", team="eng")
+    keys.create_key(engine, "c", team="ops")
+    keys.create_key(engine, "solo")
+    keys.revoke_key(engine, "b")
+    day1 = 1_767_268_800.0  # 2026-01-01T12:00Z
+    write_batch(
+        engine,
+        [
+            (day1, record("1", key="a", cost=1.0)),
+            (day1 + 86400, record("2", key="a", cost=2.0)),
+            (day1 + 86400, record("3", key="b", cost=0.25)),
+            (day1, record("4", key="c", cost=0.5)),
+            (day1, record("5", key="solo", cost=9.0)),
+            (day1 + 86400, record("6", key="cfg", cost=0.125)),
+        ],
+    )
+    rows = stats.spend_by_team(engine, date(2026, 1, 1), {"cfg": "ops"})
+    assert [(r["team"], r["keys"], r["requests"], r["cost_usd"]) for r in rows] == [
+        ("eng", ["a", "b"], 3, 3.25),
+        ("ops", ["c", "cfg"], 2, 0.625),
+    ]
+    days = [(d["day"], d["requests"], d["cost_usd"]) for d in rows[0]["days"]]
+    assert days == [("2026-01-01", 1, 1.0), ("2026-01-02", 2, 2.25)]
+    # From day 2: c spent only before; cfg belongs to no team without the config's mapping.
+    assert [r["team"] for r in stats.spend_by_team(engine, date(2026, 1, 2))] == ["eng"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,6 +64,28 @@ def test_the_key_policy_applies(files: tuple[Path, Path], capsys: pytest.Capture
     doc = json.loads(capsys.readouterr().out)
     assert doc["pick"] == "eu-cloud/llama"
     assert {f["endpoint"]: f["reason"] for f in doc["filtered"]} == {"together/llama": "region", "local-0": "region", "local-1": "region"}
+
+
+def test_a_config_key_and_team_policy_applies(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """auth.keys' allowed_regions and its team's data policy (limits.teams) filter as routing.keys' do."""
+    config, request = files
+
+    def explain(keys: str, key: str) -> dict[str, Any]:
+        old = "keys: [{name: eu-team, key: sk-eu-team-0001}]"
+        config.write_text(CONFIG.replace(old, keys) + "limits: {teams: {private: {data_collection: deny}}}\n")
+        args = ["route", "explain", "-c", str(config), "-m", "llama", "-f", str(request), "--key", key, "--json"]
+        assert main(args) == 0
+        doc: dict[str, Any] = json.loads(capsys.readouterr().out)
+        return doc
+
+    doc = explain("keys: [{name: member, key: sk-member-0001, team: private, allowed_regions: [u*]}]", "member")
+    assert doc["pick"] == "together/llama"
+    reasons = {f["endpoint"]: f["reason"] for f in doc["filtered"]}
+    assert reasons == {"eu-cloud/llama": "region", "local-0": "region", "local-1": "region"}
+    request.write_text(json.dumps({"messages": [{"role": "user", "content": "x"}], "provider": {"only": ["eu-cloud"]}}))
+    doc = explain("keys: [{name: m2, key: sk-member-0002, team: private}]", "m2")
+    assert doc["pick"] is None
+    assert {f["endpoint"]: f["reason"] for f in doc["filtered"]}["eu-cloud/llama"] == "data_policy"
 
 
 def test_a_request_nothing_can_serve(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
