@@ -102,7 +102,7 @@ class ProbeClient:
                 if response.status >= 400:
                     error = ep.adapter.map_error(ep.target, response.status, response.headers, raw)
                     raise _refusal(f"{ep.id}: {error.message}", response.status, error)
-                parsed = ep.adapter.parse_response(ep.target, op, raw)
+                parsed = ep.adapter.parse_response(ep.target, op, raw, request=payload)
             finally:
                 response.close()
             data: dict[str, Any] = json.loads(parsed.body)

@@ -193,7 +193,9 @@ class AnthropicAdapter:
         payload = orjson.dumps(messages_body(target, body, stream))
         return UpstreamRequest("POST", target.base_url + "/messages", headers, payload, stream)
 
-    def parse_response(self, target: Target, op: Operation, body: bytes) -> ParsedBody:
+    def parse_response(
+        self, target: Target, op: Operation, body: bytes, request: Mapping[str, Any] | None = None
+    ) -> ParsedBody:
         return parse_message(target, body)
 
     def stream_translator(self, target: Target, op: Operation, body: dict[str, Any]) -> AnthropicStreamTranslator:

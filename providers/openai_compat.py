@@ -59,7 +59,9 @@ class OpenAICompatAdapter:
             payload["stream_options"] = options
         return payload
 
-    def parse_response(self, target: Target, op: Operation, body: bytes) -> ParsedBody:
+    def parse_response(
+        self, target: Target, op: Operation, body: bytes, request: Mapping[str, Any] | None = None
+    ) -> ParsedBody:
         try:
             obj = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -74,11 +76,12 @@ class OpenAICompatAdapter:
             raise ProviderServerError(
                 f"upstream {target.endpoint_id}: {_error_message(obj)}", endpoint=target.endpoint_id
             )
-        obj = self.normalise_response(obj)
+        obj = self.normalise_response(obj, request or {})
         obj["model"] = target.public_model
         return ParsedBody(orjson.dumps(obj), Usage.from_openai(obj.get("usage")))
 
-    def normalise_response(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def normalise_response(self, obj: dict[str, Any], request: Mapping[str, Any]) -> dict[str, Any]:
+        """Hook for engines whose answers deviate from OpenAI's (`request`: what was sent)."""
         return obj
 
     def stream_translator(self, target: Target, op: Operation, body: dict[str, Any]) -> OpenAIStreamTranslator:

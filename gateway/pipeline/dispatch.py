@@ -173,7 +173,7 @@ class Dispatcher:
             if response.status >= 400:
                 raise adapter.map_error(target, response.status, response.headers, await response.read())
             if not ctx.stream:
-                parsed = adapter.parse_response(target, ctx.op, await response.read())
+                parsed = adapter.parse_response(target, ctx.op, await response.read(), request=body)
                 ctx.usage = parsed.usage
                 if parsed.usage is None:  # counted for an estimate (gateway.pipeline.estimate)
                     count_payloads(ctx, [parsed.body])

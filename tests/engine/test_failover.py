@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import httpx
 import openai
 import pytest
 
@@ -100,15 +101,38 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         gw.close()
 
 
+PINNED_TOKENS = 200  # marks the pinned request in the engine's /slots (the traffic asks for 6)
+COUNTING = [{"role": "user", "content": "Count from 1 to 100, one number per line."}]
+# SmolLM2's end tokens (<|im_end|> 2, <|endoftext|> 0) banned, so a long request runs to max_tokens:
+# it once wrote 19 tokens and ended before the kill that was to cut it.
+NO_END = {"2": -100, "0": -100}
+
+
+def pinned_slot_busy(gateway: Gateway, index: int, n_predict: int = PINNED_TOKENS) -> bool:
+    """Replica `index`'s engine is generating the request that asked for `n_predict` tokens (its own
+    /slots says so), so a kill now surely cuts it."""
+    port = gateway.replicas()[index]["port"]
+    try:
+        slots = httpx.get(f"http://127.0.0.1:{port}/slots", timeout=5).json()
+    except (httpx.HTTPError, ValueError):
+        return False
+    return any(
+        isinstance(s, dict) and s.get("is_processing") and (s.get("params") or {}).get("n_predict") == n_predict
+        for s in slots
+    )
+
+
 def test_with_two_replicas_requests_fall_back_to_the_other(pair: Gateway) -> None:
-    # One longer request pinned first to replica 0 (routing preference `order`), so it is surely
-    # in flight when replica 0 is killed; short requests keep both replicas busy meanwhile.
+    # One long request pinned first to replica 0 (routing preference `order`), killed once replica 0's
+    # engine reports it generating (a fixed sleep raced a fast answer: it once finished first);
+    # short requests keep both replicas busy meanwhile.
     pinned: dict[str, object] = {}
 
     def long_request() -> None:
         with pair.client() as client:
             raw = client.chat.completions.with_raw_response.create(
-                model=MODEL, messages=SHORT, max_tokens=48, extra_body={"provider": {"order": ["local-0"]}}
+                model=MODEL, messages=COUNTING, max_tokens=PINNED_TOKENS, logit_bias=NO_END,
+                extra_body={"provider": {"order": ["local-0"]}},
             )
             pinned.update(headers=raw.headers, completion=raw.parse())
 
@@ -116,7 +140,7 @@ def test_with_two_replicas_requests_fall_back_to_the_other(pair: Gateway) -> Non
         assert wait_until(lambda: len(traffic.successes()) >= 4, 30), pair.log()
         pinned_thread = threading.Thread(target=long_request)
         pinned_thread.start()
-        time.sleep(0.3)
+        assert wait_until(lambda: pinned_slot_busy(pair, 0), 30, interval=0.01), pair.log()
         old_pid, killed_at = kill_replica(pair, 0)
         pinned_thread.join(60)
 
@@ -142,15 +166,20 @@ def test_with_two_replicas_a_cut_stream_errors_and_new_streams_go_to_the_other(p
     """A stream on the replica that dies ends with the error event (never a clean end); streams sent
     after the kill are served by the other replica to a clean end, without waiting for the restart."""
     assert wait_until(lambda: all(r["state"] == "ready" for r in pair.replicas()), RESTART_BOUND_S + 5), pair.log()
-    restarts = pair.replicas()[0]["restarts"]
-    story = [{"role": "user", "content": "Write a very long story."}]
     with pair.client() as client:
-        cut = client.chat.completions.create(
-            model=MODEL, messages=story, max_tokens=400, stream=True, extra_body={"provider": {"order": ["local-0"]}}
+        # `order` prefers local-0, but routing may still pick local-1 (local-0 was just killed by the
+        # test before): the victim is the replica the stream is on, as its header says.
+        raw_cut = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=COUNTING, max_tokens=400, logit_bias=NO_END, stream=True,
+            extra_body={"provider": {"order": ["local-0"]}},
         )
-        chunks = iter(cut)
+        victim = int(raw_cut.headers["x-gateway-endpoint"].removeprefix("local-"))
+        survivor = f"local-{1 - victim}"
+        restarts = pair.replicas()[victim]["restarts"]
+        chunks = iter(raw_cut.parse())
         assert next(chunks).choices
-        old_pid, _ = kill_replica(pair, 0)
+        assert pinned_slot_busy(pair, victim, n_predict=400), pair.log()  # still generating
+        old_pid, _ = kill_replica(pair, victim)
         with pytest.raises(openai.APIError) as caught:
             for _ in chunks:
                 pass
@@ -161,16 +190,16 @@ def test_with_two_replicas_a_cut_stream_errors_and_new_streams_go_to_the_other(p
             finish = [c.choices[0].finish_reason for c in raw.parse() if c.choices and c.choices[0].finish_reason]
             after.append((raw.headers["x-gateway-endpoint"], finish[-1] if finish else None))
             if i == 0:
-                dead_then = pair.replicas()[0]
+                dead_then = pair.replicas()[victim]
 
     def back() -> bool:
-        replica = pair.replicas()[0]
+        replica = pair.replicas()[victim]
         return replica["state"] == "ready" and replica["restarts"] == restarts + 1
 
     assert wait_until(back, RESTART_BOUND_S, interval=0.1), pair.log()
     assert all(finish in ("stop", "length") for _, finish in after), after
     # The first was served by the survivor while the dead replica had not come back yet.
-    assert after[0][0] == "local-1", after
+    assert after[0][0] == survivor, after
     assert dead_then["state"] != "ready" or dead_then["restarts"] == restarts, dead_then
     assert not alive(old_pid)
 

@@ -145,6 +145,53 @@ def test_tool_call_ids_of_a_stream_get_the_same_prefix_in_every_chunk() -> None:
     assert "id" not in chunks[1]["choices"][0]["delta"]["tool_calls"][0]
 
 
+# -- parallel_tool_calls: false, which llama-server's grammar does not hold to ------------------
+
+SINGLE = {"tools": [{"type": "function", "function": {"name": "get_weather"}}], "parallel_tool_calls": False}
+
+
+def test_an_answer_to_a_single_call_request_keeps_only_the_first_call() -> None:
+    calls = [{**CALL, "id": "call_a"}, {**CALL, "id": "call_b"}, {**CALL, "id": "call_c"}]
+    body = {"choices": [{"index": 0, "finish_reason": "length", "message": {"role": "assistant", "tool_calls": calls}}]}
+    got = orjson.loads(ADAPTER.parse_response(TARGET, "chat", orjson.dumps(body), request=SINGLE).body)
+    choice = got["choices"][0]
+    assert [c["id"] for c in choice["message"]["tool_calls"]] == ["call_a"]
+    assert choice["finish_reason"] == "tool_calls"
+    # Parallel calls allowed (or not said): every call stays, and the engine's finish reason.
+    for request in ({**SINGLE, "parallel_tool_calls": True}, {"tools": SINGLE["tools"]}, None):
+        kept = orjson.loads(ADAPTER.parse_response(TARGET, "chat", orjson.dumps(body), request=request).body)
+        assert len(kept["choices"][0]["message"]["tool_calls"]) == 3 and kept["choices"][0]["finish_reason"] == "length"
+
+
+def _call_delta(index: int, **function: str) -> dict[str, object]:
+    return {"index": index, "function": function}
+
+
+def test_a_stream_for_a_single_call_drops_later_calls_and_ends_as_tool_calls() -> None:
+    translator = ADAPTER.stream_translator(TARGET, "chat", {"stream": True, **SINGLE})
+    chunks = [
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{**_call_delta(0, name="get_weather", arguments=""), "id": "x1"}]}}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [_call_delta(0, arguments='{"city": "Paris"}')]}}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{**_call_delta(1, name="get_weather", arguments=""), "id": "x2"}]}}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [_call_delta(1, arguments='{"ci')]}, "finish_reason": "length"}]},
+    ]
+    out = [orjson.loads(translator.feed(None, orjson.dumps(c)).payloads[0])["choices"][0] for c in chunks]
+    indexes = [call["index"] for ch in out for call in ch["delta"].get("tool_calls", [])]
+    assert indexes == [0, 0]
+    assert out[0]["delta"]["tool_calls"][0]["id"] == "call_x1"
+    assert out[-1]["finish_reason"] == "tool_calls"
+
+
+def test_a_single_call_cut_by_max_tokens_still_ends_as_length() -> None:
+    translator = ADAPTER.stream_translator(TARGET, "chat", {"stream": True, **SINGLE})
+    chunk = {"choices": [{"index": 0, "delta": {"tool_calls": [_call_delta(0, arguments='{"ci')]}, "finish_reason": "length"}]}
+    assert orjson.loads(translator.feed(None, orjson.dumps(chunk)).payloads[0])["choices"][0]["finish_reason"] == "length"
+    parallel = ADAPTER.stream_translator(TARGET, "chat", {"stream": True, "tools": SINGLE["tools"]})
+    later = {"choices": [{"index": 0, "delta": {"tool_calls": [_call_delta(1, arguments="{}")]}, "finish_reason": "length"}]}
+    got = orjson.loads(parallel.feed(None, orjson.dumps(later)).payloads[0])["choices"][0]
+    assert got["delta"]["tool_calls"][0]["index"] == 1 and got["finish_reason"] == "length"
+
+
 def test_answers_without_tool_calls_are_left_alone() -> None:
     body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}, "junk"], "id": "chatcmpl-1"}
     got = orjson.loads(ADAPTER.parse_response(TARGET, "chat", orjson.dumps(body)).body)

@@ -119,6 +119,22 @@ async def test_its_tool_call_ids_are_not_openais(engine: EngineSupervisor) -> No
     assert fixed_ids == [f"call_{i}" for i in raw_ids]
 
 
+async def test_parallel_tool_calls_false_still_gets_several_calls(engine: EngineSupervisor) -> None:
+    # Sampled (OpenAI's temperature 1), so asked several times: its grammar allows one or more calls.
+    body = as_adapter_sends({"messages": WEATHER_Q, "tools": [WEATHER], "tool_choice": "required", "max_tokens": 200,
+                             "parallel_tool_calls": False, "seed": 7})
+    target = Target(endpoint_id="local-0", base_url=engine.replicas[0].base_url, upstream_model=MODEL, public_model=MODEL)
+    raw_counts, fixed = [], []
+    for seed in range(8):
+        raw = await chat(engine, body | {"seed": seed})
+        raw_counts.append(len(raw.json()["choices"][0]["message"].get("tool_calls") or []))
+        fixed.append(orjson.loads(engine_adapter(CFG).parse_response(target, "chat", raw.content, request=body).body))
+    assert max(raw_counts) > 1, raw_counts
+    for answer in fixed:
+        choice = answer["choices"][0]
+        assert len(choice["message"]["tool_calls"]) == 1 and choice["finish_reason"] == "tool_calls", choice
+
+
 async def test_an_assistant_turn_without_content_is_a_400(engine: EngineSupervisor) -> None:
     body = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant"}, {"role": "user", "content": "hello"}], "max_tokens": 2}
     raw = await chat(engine, body)
