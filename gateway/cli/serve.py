@@ -1,4 +1,4 @@
-"""`gwctl serve`: start the local engines (if configured), then the gateway on uvicorn."""
+"""`gwctl serve`: the gateway on uvicorn; its lifespan starts the local engines (if configured) first."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from typing import Any
 
 import uvicorn
 
-from gateway.app import create_app, drain_timeout
+from gateway.app import create_app
 from gateway.config import Settings, load_config
 from gateway.engines import all_engine_endpoints
 from gateway.pipeline.auth import open_bind_problem
+from gateway.runtime import drain_timeout
 from kernel.redact import install_log_redaction
 from kernel.tasks import Deadline, Drain
 
@@ -100,22 +101,13 @@ def _run_loop(coro: Coroutine[Any, Any, int]) -> int:
 
 async def serve(settings: Settings) -> int:
     # Imported here: the engine package is only needed when engines are configured.
-    from providers.engines import EngineStartError, EngineSupervisor
+    from providers.engines import EngineSupervisor
 
-    supervisors = []
-    try:
-        for cfg in settings.engines:
-            supervisor = EngineSupervisor(cfg, logger=logging.getLogger(f"engine.{cfg.name}"))
-            supervisors.append(supervisor)
-            log.info("starting engine %s (%s, %s, %d replica(s))", cfg.name, cfg.kind, cfg.model, cfg.replicas)
-            await supervisor.start()
-        return await _serve_gateway(settings, supervisors)
-    except EngineStartError as exc:
-        print(f"gwctl: {exc.message}", file=sys.stderr)
-        return 2
-    finally:
-        # Together, not one after another: each has its own grace period (the budget's engine share).
-        await asyncio.gather(*(supervisor.stop() for supervisor in reversed(supervisors)), return_exceptions=True)
+    supervisors = []  # started by the app's runtime before it serves, stopped after everything else
+    for cfg in settings.engines:
+        supervisors.append(EngineSupervisor(cfg, logger=logging.getLogger(f"engine.{cfg.name}")))
+        log.info("starting engine %s (%s, %s, %d replica(s))", cfg.name, cfg.kind, cfg.model, cfg.replicas)
+    return await _serve_gateway(settings, supervisors)
 
 
 class GatewayServer(uvicorn.Server):
@@ -221,7 +213,13 @@ async def _serve_gateway(settings: Settings, supervisors: list[Any]) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return 0 if server.started else 2
+    if server.started:
+        return 0
+    from providers.engines import EngineStartError
+
+    if isinstance(failure := getattr(app.state, "failure", None), EngineStartError):
+        print(f"gwctl: {failure.message}", file=sys.stderr)  # an engine that did not start: one line
+    return 2
 
 
 def _ignore(signum: int, frame: object) -> None:

@@ -13,9 +13,10 @@ import httpx
 import orjson
 import pytest
 
-from gateway.app import create_app, drain_timeout
+from gateway.app import create_app
 from gateway.cli.serve import GatewayServer, close_when_draining, server_config
 from gateway.config import load_config
+from gateway.runtime import drain_timeout
 from kernel.tasks import Deadline, Drain
 from providers.base import UpstreamRequest
 from providers.http_mock import MockHTTPClient, MockResponse
