@@ -201,8 +201,8 @@ async def _serve_gateway(settings: Settings, supervisors: list[Any]) -> int:
     server = GatewayServer(config, deadline, drain, settings.server.drain_delay_s)
     for name in ("uvicorn", "uvicorn.access"):  # uvicorn's own handlers, set up by its Config
         install_log_redaction(logging.getLogger(name))
-    # uvicorn re-raises SIGINT/SIGTERM after its graceful shutdown, with the handlers it found
-    # installed; make those no-ops so our caller still stops the engines cleanly.
+    # uvicorn re-raises SIGINT/SIGTERM after its graceful shutdown (the lifespan has stopped the
+    # engines by then), with the handlers it found installed; make those no-ops so we return our status.
     previous = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGINT, signal.SIGTERM)}
     # Everything loaded so far (modules, config, SQLAlchemy metadata) lives as long as the process:
     # keep it out of the collector's full passes, which otherwise stall the loop for tens of ms.
@@ -210,16 +210,17 @@ async def _serve_gateway(settings: Settings, supervisors: list[Any]) -> int:
     gc.freeze()
     try:
         await server.serve()
+    except SystemExit:  # uvicorn's word for a lifespan that did not start
+        from providers.engines import EngineStartError
+
+        if not isinstance(failure := getattr(app.state, "failure", None), EngineStartError):
+            raise
+        print(f"gwctl: {failure.message}", file=sys.stderr)  # an engine that did not start: one line
+        return 2
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if server.started:
-        return 0
-    from providers.engines import EngineStartError
-
-    if isinstance(failure := getattr(app.state, "failure", None), EngineStartError):
-        print(f"gwctl: {failure.message}", file=sys.stderr)  # an engine that did not start: one line
-    return 2
+    return 0 if server.started else 2
 
 
 def _ignore(signum: int, frame: object) -> None:
