@@ -26,13 +26,14 @@ from gateway.http import (
     route_admin,
 )
 from gateway.http import metrics as metrics_route
-from gateway.http.errors import method_not_allowed, not_found, server_error
+from gateway.http.errors import gateway_error, method_not_allowed, not_found, server_error
 from gateway.http.fast import GatewayApp
 from gateway.http.middleware import RequestIdMiddleware
 from gateway.limits.store import LimitStore
 from gateway.runtime import Engine, Runtime
 from gateway.state import AppState
 from gateway.state_store import StateStore
+from kernel.errors import GatewayError
 from kernel.tasks import Deadline, Drain
 from providers.http import HTTPClient
 
@@ -82,6 +83,6 @@ def create_app(
             *dashboard.routes,
         ],
         middleware=[Middleware(RequestIdMiddleware), Middleware(admin.NoStoreMiddleware)],
-        exception_handlers={404: not_found, 405: method_not_allowed, Exception: server_error},
+        exception_handlers={GatewayError: gateway_error, 404: not_found, 405: method_not_allowed, Exception: server_error},
         lifespan=lifespan,
     )
