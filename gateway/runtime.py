@@ -40,12 +40,13 @@ from gateway.routing.shared import SharedState, sync_limit_s
 from gateway.state import AppState
 from gateway.state_store import StateStore, open_store
 from gateway.state_store.responses import ResponseStore
-from kernel.tasks import Deadline, Drain, LoopHealth
+from kernel.tasks import Deadline, Drain, LoopHealth, cancel_and_wait
 from probes.scheduler import ProbeScheduler
 from probes.toolcalls.checker import ProcessChecker
 from probes.toolcalls.passive import SOURCE as TOOL_MONITOR
 from probes.toolcalls.passive import ToolCallMonitor
 from providers.clients import client_factory as upstream_client_factory
+from providers.engines.errors import EngineStartError
 from providers.http import HTTPClient, Timeouts
 
 log = logging.getLogger("gateway")
@@ -191,6 +192,8 @@ def build_state(
 # (first), what closing the background work may take after it, and what stopping local engines takes.
 DRAIN_SHARE = 0.5
 ENGINE_STOP_RESERVE_S = 5.0
+# How often an engine's start looks whether a signal (the drain) asked the process to stop.
+SIGNAL_CHECK_S = 0.1
 
 
 def drain_timeout(settings: Settings) -> float:
@@ -236,6 +239,7 @@ class Runtime:
     ) -> None:
         self.settings = settings
         self._make_client = client_factory or upstream_client_factory(settings.upstream, settings.providers)
+        self.drain = drain or Drain()
         self._build = partial(
             build_state,
             settings,
@@ -244,7 +248,7 @@ class Runtime:
             clock=clock,
             rng=rng,
             store=store,
-            drain=drain,
+            drain=self.drain,
             limit_store=limit_store,
         )
         self.engines = engines
@@ -266,6 +270,16 @@ class Runtime:
     ) -> None:
         stack.push_async_callback(lambda: self.deadline.run(close(), what, reserve=reserve))
 
+    async def _start_engine(self, engine: Engine) -> None:
+        """A signal while a model loads (uvicorn only sets the drain then) abandons the start."""
+        starting = asyncio.ensure_future(engine.start())
+        while not starting.done():
+            await asyncio.wait({starting}, timeout=SIGNAL_CHECK_S)
+            if self.drain.active and not starting.done():
+                await cancel_and_wait(starting)
+                raise EngineStartError("told to stop while the local engines were starting")
+        starting.result()
+
     async def _start(self, stack: AsyncExitStack) -> None:
         # What the steps closed after each one need of the budget: the engines' stop, the last push.
         engine_stop = ENGINE_STOP_RESERVE_S if self.engines else 0.0
@@ -275,7 +289,7 @@ class Runtime:
 
         stack.push_async_callback(stop_engines, self.engines)  # a partly started engine stops too
         for engine in self.engines:
-            await engine.start()
+            await self._start_engine(engine)
         client = self._make_client()  # inside the running loop: the client binds to it
         self._close(stack, "the upstream client", client.aclose, reserve=engine_stop)
         self.state = state = self._build(client=client)

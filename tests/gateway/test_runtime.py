@@ -13,7 +13,9 @@ import pytest
 from gateway.config import Settings, load_config
 from gateway.runtime import Runtime
 from gateway.state_store.memory import MemoryStore
+from kernel.tasks import Drain
 from probes.toolcalls.passive import SOURCE as TOOL_MONITOR
+from providers.engines.errors import EngineStartError
 from providers.http_mock import MockHTTPClient, MockResponse
 
 
@@ -90,6 +92,42 @@ async def test_a_failed_start_closes_what_had_started() -> None:
         async with Runtime(settings(), client_factory=lambda: Client(events), engines=engines):
             pytest.fail("a runtime whose engine did not start does not run")
     assert events == ["start a", "start b", "stop c", "stop b", "stop a"]  # no client was made
+
+
+class LoadingEngine(Engine):
+    """An engine whose model takes forever to load."""
+
+    def __init__(self, events: list[str]) -> None:
+        super().__init__("slow", events)
+        self.loading = asyncio.Event()
+
+    async def start(self) -> None:
+        self.events.append("start slow")
+        self.loading.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.events.append("start slow cancelled")
+            raise
+
+
+async def test_a_signal_while_an_engine_starts_abandons_the_start_and_stops_it() -> None:
+    events: list[str] = []
+    engine = LoadingEngine(events)
+    drain = Drain()
+    runtime = Runtime(settings(), client_factory=lambda: Client(events), engines=[engine], drain=drain)
+
+    async def signal_once_loading() -> None:
+        await engine.loading.wait()
+        drain.begin()  # what `gwctl serve`'s server does on SIGTERM/SIGINT
+
+    signal = asyncio.create_task(signal_once_loading())
+    with pytest.raises(EngineStartError, match="told to stop while the local engines were starting"):
+        async with asyncio.timeout(60):  # a safety net only: the drain ends it
+            async with runtime:
+                pytest.fail("a runtime told to stop while starting does not run")
+    await signal
+    assert events == ["start slow", "start slow cancelled", "stop slow"]  # no client was made
 
 
 async def test_collaborators_are_wired_at_construction() -> None:
