@@ -1,54 +1,72 @@
-"""The probe runner and scheduler, given their collaborators from the app's state: catalog, health,
-the shared store (evidence, leases), the database (baselines, runs, transitions), the upstream HTTP
-client and the loops' heartbeats."""
+"""The probe runner and scheduler, given their collaborators: catalog, health, the shared store
+(evidence, leases), the database (baselines, runs, transitions), the upstream HTTP client and the
+loops' heartbeats."""
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
+from gateway.catalog import Catalog
+from gateway.health_states import HealthStates
+from gateway.metrics import GatewayMetrics
 from gateway.state import AppState
+from gateway.state_store import StateStore
 from kernel.clock import Clock
 from probes.baselines import BaselineStore, MemoryBaselines
 from probes.budget import ProbeBudget
+from probes.client import UserShape
 from probes.evidence import EvidenceStore
 from probes.registry import ProbeRegistry
 from probes.runner import ProbeRunner, make_client_factory
 from probes.scheduler import SCHEDULER_LIMIT_S, ProbeScheduler
+from probes.settings import ProbeSettings
+from providers.http import HTTPClient
+
+if TYPE_CHECKING:  # SQLAlchemy loads only when persistence is on
+    from gateway.persistence.runtime import Persistence
 
 log = logging.getLogger("gateway.probes")
 
 
-def build_runner(state: AppState, *, registry: ProbeRegistry | None = None) -> ProbeRunner:
-    """The runner for a built `gateway.state.AppState`: its catalog, health, store, database, HTTP client."""
-    settings = state.settings.probes
-    assert state.shared is not None, "the probes share evidence through the state store"
-    wall = state.persistence.wall if state.persistence is not None else time.time
+def build_runner(
+    settings: ProbeSettings,
+    *,
+    catalog: Catalog,
+    health: HealthStates,
+    store: StateStore,
+    client: HTTPClient,
+    persistence: Persistence | None = None,
+    metrics: GatewayMetrics | None = None,
+    shape: UserShape | None = None,
+    registry: ProbeRegistry | None = None,
+) -> ProbeRunner:
+    """`store`: where the probes share evidence; `shape`: what routing adds to a user's request
+    (its prompt_cache_key), so nothing marks a probe's."""
+    wall = persistence.wall if persistence is not None else time.time
     budget = ProbeBudget(
         requests_per_day=settings.budget_requests_per_day, tokens_per_day=settings.budget_tokens_per_day, clock=wall
     )
     baselines: BaselineStore = MemoryBaselines()
     runs = None
-    if state.persistence is not None:
+    if persistence is not None:
         # Imported here: SQLAlchemy loads only when persistence is on.
         from gateway.persistence.baselines import SqlBaselines
         from gateway.persistence.probe_runs import SqlProbeRuns
 
-        baselines, runs = SqlBaselines(state.persistence.db), SqlProbeRuns(state.persistence)
+        baselines, runs = SqlBaselines(persistence.db), SqlProbeRuns(persistence)
     return ProbeRunner(
-        catalog=state.catalog,
-        health=state.health,
+        catalog=catalog,
+        health=health,
         settings=settings,
         registry=registry or ProbeRegistry(),
-        evidence=EvidenceStore(state.shared.store),
+        evidence=EvidenceStore(store),
         baselines=baselines,
-        # Probe requests get what routing would add to a user's (its prompt_cache_key), so nothing marks them.
-        client_factory=make_client_factory(
-            state.client, settings, budget, state.router.extra_for if state.router is not None else None
-        ),
+        client_factory=make_client_factory(client, settings, budget, shape),
         wall=wall,
         persistence=runs,
-        metrics=state.metrics,
+        metrics=metrics,
     )
 
 

@@ -1,4 +1,4 @@
-"""The one state object the app's lifespan builds; handlers reach it as ``request.state.gw``."""
+"""The one state object (`gateway.runtime.build_state` builds it); handlers reach it as ``request.state.gw``."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class AppState:
     accountant: Accountant
     client: HTTPClient
     clock: Clock  # monotonic (perf_counter): request timings
-    # Supervised local engines (providers.engines.EngineSupervisor), already started.
+    # Supervised local engines (providers.engines.EngineSupervisor), started and stopped by the runtime.
     engines: Sequence[Any] = field(default_factory=tuple)
     # Endpoint health states (probes and operators set them; routing reads them).
     health: HealthStates = field(default_factory=HealthStates)
@@ -54,7 +54,7 @@ class AppState:
     sessions: SessionStore = field(default_factory=SessionStore)
     # Failed admin sign-ins and admin bearer checks per client address (gateway.http.admin).
     admin_failures: FailureLimiter = field(default_factory=lambda: FailureLimiter(10))
-    # The probe runner: on-demand audits and the scheduler use it (built by gateway.probe_wiring).
+    # The probe runner: on-demand audits, the scheduler and the tool-call monitor use it.
     probes: ProbeRunner | None = None
     # Passive tool-call validation of live responses (counts per endpoint; an alarm starts the suite).
     tool_monitor: ToolCallMonitor | None = None

@@ -1,4 +1,4 @@
-"""`gwctl serve`: start the local engines (if configured), then the gateway on uvicorn."""
+"""`gwctl serve`: the gateway on uvicorn; its lifespan starts the local engines (if configured) first."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from typing import Any
 
 import uvicorn
 
-from gateway.app import create_app, drain_timeout
+from gateway.app import create_app
 from gateway.config import Settings, load_config
 from gateway.engines import all_engine_endpoints
 from gateway.pipeline.auth import open_bind_problem
+from gateway.runtime import drain_timeout
 from kernel.redact import install_log_redaction
 from kernel.tasks import Deadline, Drain
 
@@ -100,22 +101,13 @@ def _run_loop(coro: Coroutine[Any, Any, int]) -> int:
 
 async def serve(settings: Settings) -> int:
     # Imported here: the engine package is only needed when engines are configured.
-    from providers.engines import EngineStartError, EngineSupervisor
+    from providers.engines import EngineSupervisor
 
-    supervisors = []
-    try:
-        for cfg in settings.engines:
-            supervisor = EngineSupervisor(cfg, logger=logging.getLogger(f"engine.{cfg.name}"))
-            supervisors.append(supervisor)
-            log.info("starting engine %s (%s, %s, %d replica(s))", cfg.name, cfg.kind, cfg.model, cfg.replicas)
-            await supervisor.start()
-        return await _serve_gateway(settings, supervisors)
-    except EngineStartError as exc:
-        print(f"gwctl: {exc.message}", file=sys.stderr)
-        return 2
-    finally:
-        # Together, not one after another: each has its own grace period (the budget's engine share).
-        await asyncio.gather(*(supervisor.stop() for supervisor in reversed(supervisors)), return_exceptions=True)
+    supervisors = []  # started by the app's runtime before it serves, stopped after everything else
+    for cfg in settings.engines:
+        supervisors.append(EngineSupervisor(cfg, logger=logging.getLogger(f"engine.{cfg.name}")))
+        log.info("starting engine %s (%s, %s, %d replica(s))", cfg.name, cfg.kind, cfg.model, cfg.replicas)
+    return await _serve_gateway(settings, supervisors)
 
 
 class GatewayServer(uvicorn.Server):
@@ -209,8 +201,8 @@ async def _serve_gateway(settings: Settings, supervisors: list[Any]) -> int:
     server = GatewayServer(config, deadline, drain, settings.server.drain_delay_s)
     for name in ("uvicorn", "uvicorn.access"):  # uvicorn's own handlers, set up by its Config
         install_log_redaction(logging.getLogger(name))
-    # uvicorn re-raises SIGINT/SIGTERM after its graceful shutdown, with the handlers it found
-    # installed; make those no-ops so our caller still stops the engines cleanly.
+    # uvicorn re-raises SIGINT/SIGTERM after its graceful shutdown (the lifespan has stopped the
+    # engines by then), with the handlers it found installed; make those no-ops so we return our status.
     previous = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGINT, signal.SIGTERM)}
     # Everything loaded so far (modules, config, SQLAlchemy metadata) lives as long as the process:
     # keep it out of the collector's full passes, which otherwise stall the loop for tens of ms.
@@ -218,6 +210,13 @@ async def _serve_gateway(settings: Settings, supervisors: list[Any]) -> int:
     gc.freeze()
     try:
         await server.serve()
+    except SystemExit:  # uvicorn's word for a lifespan that did not start
+        from providers.engines import EngineStartError
+
+        if not isinstance(failure := getattr(app.state, "failure", None), EngineStartError):
+            raise
+        print(f"gwctl: {failure.message}", file=sys.stderr)  # an engine that did not start: one line
+        return 2
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -2,8 +2,8 @@
 
     gwctl worker --config gateway.yaml
 
-Builds the same state as `gwctl serve` (catalog, health states, shared store, database) and runs
-the scheduled probes until SIGINT/SIGTERM. Use it instead of `probes.enabled` in the gateways.
+Runs the same runtime as `gwctl serve` (`gateway.runtime`: catalog, health states, shared store,
+database) and the scheduled probes until SIGINT/SIGTERM. Use it instead of `probes.enabled` in the gateways.
 """
 
 from __future__ import annotations

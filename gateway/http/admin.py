@@ -14,9 +14,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import admin_sessions
-from gateway.http.errors import error_response
 from gateway.state import AppState
-from kernel.errors import AuthenticationFailed, GatewayError, PermissionDenied, RateLimited
+from kernel.errors import AuthenticationFailed, PermissionDenied, RateLimited
 
 
 def check_admin_key(request: Request, authorization: str | None) -> None:
@@ -38,19 +37,16 @@ def check_admin_key(request: Request, authorization: str | None) -> None:
         raise
 
 
-def _guard(request: Request) -> Response | None:
+def _guard(request: Request) -> None:
+    """The admin key or a dashboard session, else a `GatewayError` (the app's handler answers it)."""
     state: AppState = request.state.gw
-    try:
-        authorization = request.headers.get("authorization")
-        cookie = request.cookies.get(admin_sessions.COOKIE)
-        if authorization is None and cookie is not None and state.auth.admin_enabled:  # the dashboard's session
-            csrf = request.headers.get(admin_sessions.CSRF_HEADER)
-            admin_sessions.admit(state.sessions, cookie, request.method, csrf, state.clock())
-        else:
-            check_admin_key(request, authorization)
-    except GatewayError as exc:
-        return error_response(exc, {"x-request-id": request.scope["gateway.request_id"]})
-    return None
+    authorization = request.headers.get("authorization")
+    cookie = request.cookies.get(admin_sessions.COOKIE)
+    if authorization is None and cookie is not None and state.auth.admin_enabled:  # the dashboard's session
+        csrf = request.headers.get(admin_sessions.CSRF_HEADER)
+        admin_sessions.admit(state.sessions, cookie, request.method, csrf, state.clock())
+    else:
+        check_admin_key(request, authorization)
 
 
 class NoStoreMiddleware:
@@ -76,8 +72,7 @@ class NoStoreMiddleware:
 
 
 async def list_endpoints(request: Request) -> Response:
-    if (denied := _guard(request)) is not None:
-        return denied
+    _guard(request)
     state: AppState = request.state.gw
     now = state.clock()
     breakers = state.breaker.snapshot(now)
@@ -111,8 +106,7 @@ def _load(supervisor: Any, index: int) -> dict[str, Any] | None:
 
 
 async def list_engines(request: Request) -> Response:
-    if (denied := _guard(request)) is not None:
-        return denied
+    _guard(request)
     state: AppState = request.state.gw
     now = time.monotonic()  # the supervisors' clock
     data = []

@@ -12,10 +12,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.http.admin import _guard
-from gateway.http.errors import error_response
 from gateway.persistence.runtime import Persistence
 from gateway.state import AppState
-from kernel.errors import GatewayError, InvalidRequest, Unavailable
+from kernel.errors import InvalidRequest, Unavailable
 
 T = TypeVar("T")
 
@@ -50,17 +49,12 @@ async def _query(state: AppState, fn: Callable[..., T], *args: Any, **kwargs: An
         raise Unavailable(f"The database is unavailable: {reason}", code="database_unavailable") from None
 
 
-
 def _handler(fn: Callable[[Request, AppState], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-    """Guard with the admin key, map gateway errors to OpenAI error JSON."""
+    """Guard with the admin key (a gateway error becomes OpenAI error JSON in the app's handler)."""
 
     async def endpoint(request: Request) -> Response:
-        if (denied := _guard(request)) is not None:
-            return denied
-        try:
-            return await fn(request, request.state.gw)
-        except GatewayError as exc:
-            return error_response(exc, {"x-request-id": request.scope["gateway.request_id"]})
+        _guard(request)
+        return await fn(request, request.state.gw)
 
     endpoint.__name__ = fn.__name__
     endpoint.__doc__ = fn.__doc__

@@ -21,7 +21,6 @@ from starlette.routing import Route
 
 from gateway.catalog import Endpoint
 from gateway.http.admin_handlers import _handler
-from gateway.probe_wiring import build_runner
 from gateway.state import AppState
 from kernel.errors import InvalidRequest, NotFound
 from probes.registry import UnknownProbe
@@ -72,8 +71,7 @@ def select_endpoints(state: AppState, provider: str | None, model: str | None, e
 
 
 def _runner(state: AppState) -> ProbeRunner:
-    if state.probes is None:
-        state.probes = build_runner(state)
+    assert state.probes is not None  # gateway.runtime.build_state always builds it
     return state.probes
 
 

@@ -32,23 +32,27 @@ def error_event(exc: GatewayError, request_id: str | None = None) -> bytes:
     return b"data: " + orjson.dumps(error_body(exc, request_id)) + b"\n\n"
 
 
+async def gateway_error(request: Request, exc: Exception) -> Response:
+    """The one handler of a `GatewayError` that a (non-fast) route raises: the app registers it.
+    The request id goes into the body of an error whose detail was held back (and, outside the
+    request-id middleware, into the headers)."""
+    assert isinstance(exc, GatewayError)
+    return error_response(exc, {"x-request-id": request.scope.get("gateway.request_id", "")})
+
+
 async def not_found(request: Request, exc: Exception) -> Response:
-    return error_response(
-        NotFound(f"Unknown request URL: {request.method} {request.url.path}. Please check the URL and method."),
-        {"x-request-id": request.scope.get("gateway.request_id", "")},
-    )
+    url = f"{request.method} {request.url.path}"
+    return await gateway_error(request, NotFound(f"Unknown request URL: {url}. Please check the URL and method."))
 
 
 async def method_not_allowed(request: Request, exc: Exception) -> Response:
     err = GatewayError(f"Method {request.method} is not allowed for {request.url.path}.", code="method_not_allowed")
     err.status_code = 405
     err.error_type = "invalid_request_error"
-    return error_response(err, {"x-request-id": request.scope.get("gateway.request_id", "")})
+    return await gateway_error(request, err)
 
 
 async def server_error(request: Request, exc: Exception) -> Response:
     # Details go to the log (uvicorn logs the traceback), never to the client.
-    return error_response(
-        GatewayError("The gateway had an internal error while processing your request.", code="internal_error"),
-        {"x-request-id": request.scope.get("gateway.request_id", "")},
-    )
+    internal = GatewayError("The gateway had an internal error while processing your request.", code="internal_error")
+    return await gateway_error(request, internal)

@@ -7,9 +7,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.http.admin import check_admin_key
-from gateway.http.errors import error_response
 from gateway.state import AppState
-from kernel.errors import GatewayError, NotFound
+from kernel.errors import NotFound
 
 # What `generate_latest` writes (our metric and label names are all legacy-valid).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -18,12 +17,9 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 async def metrics(request: Request) -> Response:
     state: AppState = request.state.gw
     if state.metrics is None:
-        return error_response(NotFound("Metrics are disabled (metrics.enabled)."))
+        raise NotFound("Metrics are disabled (metrics.enabled).")
     if state.settings.metrics.require_auth:
-        try:
-            check_admin_key(request, request.headers.get("authorization"))
-        except GatewayError as exc:
-            return error_response(exc, {"x-request-id": request.scope["gateway.request_id"]})
+        check_admin_key(request, request.headers.get("authorization"))
     return Response(state.metrics.render(), media_type=CONTENT_TYPE)
 
 

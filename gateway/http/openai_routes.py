@@ -17,7 +17,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.catalog import Endpoint
-from gateway.http.errors import error_body, error_event, error_response
+from gateway.http.errors import error_body, error_event
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.outcome import Completed, Streaming
 from gateway.pipeline.resolve import resolve
@@ -300,25 +300,17 @@ def _model_card(model: str, created: int) -> dict[str, object]:
 
 async def list_models(request: Request) -> Response:
     state: AppState = request.state.gw
-    headers = {"x-request-id": request.scope["gateway.request_id"]}
-    try:
-        state.auth.authenticate(request.headers.get("authorization"))
-    except GatewayError as exc:
-        return error_response(exc, headers)
+    state.auth.authenticate(request.headers.get("authorization"))
     data = [_model_card(m, state.catalog.created) for m in state.catalog.models()]
-    return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json", headers=headers)
+    return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
 
 
 async def get_model(request: Request) -> Response:
     state: AppState = request.state.gw
-    headers = {"x-request-id": request.scope["gateway.request_id"]}
     model = request.path_params["model"]
-    try:
-        state.auth.authenticate(request.headers.get("authorization"))
-        state.catalog.candidates(model)
-    except GatewayError as exc:
-        return error_response(exc, headers)
-    return Response(orjson.dumps(_model_card(model, state.catalog.created)), media_type="application/json", headers=headers)
+    state.auth.authenticate(request.headers.get("authorization"))
+    state.catalog.candidates(model)
+    return Response(orjson.dumps(_model_card(model, state.catalog.created)), media_type="application/json")
 
 
 fast_routes: dict[str, ASGIApp] = {

@@ -22,7 +22,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.http.errors import error_body, error_response
+from gateway.http.errors import error_body
 from gateway.http.openai_routes import (
     ClientGone,
     InferenceEndpoint,
@@ -159,8 +159,8 @@ def _error_event(ctx: RequestContext) -> Callable[[GatewayError, ResponseStream]
 # -- stored responses ---------------------------------------------------------------------
 
 
-def _json(body: object, headers: dict[str, str]) -> Response:
-    return Response(orjson.dumps(body), media_type="application/json", headers=headers)
+def _json(body: object) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json")
 
 
 async def _stored(request: Request) -> StoredResponse:
@@ -170,33 +170,25 @@ async def _stored(request: Request) -> StoredResponse:
     return await _load(state.responses, owner, request.path_params["response_id"])
 
 
-def _headers(request: Request) -> dict[str, str]:
-    return {"x-request-id": request.scope["gateway.request_id"]}
+# These routes raise their GatewayError: the app's one handler answers it (gateway.http.errors).
 
 
 async def retrieve(request: Request) -> Response:
-    try:
-        stored = await _stored(request)
-    except GatewayError as exc:
-        return error_response(exc, _headers(request))
-    return _json(stored.response, _headers(request))
+    return _json((await _stored(request)).response)
 
 
 async def delete(request: Request) -> Response:
     response_id = request.path_params["response_id"]
+    state: AppState = request.state.gw
+    owner = state.auth.authenticate(request.headers.get("authorization"))
+    assert state.responses is not None
     try:
-        state: AppState = request.state.gw
-        owner = state.auth.authenticate(request.headers.get("authorization"))
-        assert state.responses is not None
-        try:
-            found = await state.responses.delete(owner, response_id)
-        except StoreUnavailable as exc:
-            raise _store_down(exc) from None
-        if not found:
-            raise _missing(response_id)
-    except GatewayError as exc:
-        return error_response(exc, _headers(request))
-    return _json({"id": response_id, "object": "response", "deleted": True}, _headers(request))
+        found = await state.responses.delete(owner, response_id)
+    except StoreUnavailable as exc:
+        raise _store_down(exc) from None
+    if not found:
+        raise _missing(response_id)
+    return _json({"id": response_id, "object": "response", "deleted": True})
 
 
 def _page_params(request: Request) -> tuple[int, str, str | None]:
@@ -211,17 +203,14 @@ def _page_params(request: Request) -> tuple[int, str, str | None]:
 
 
 async def input_items(request: Request) -> Response:
-    try:
-        limit, order, after = _page_params(request)
-        stored = await _stored(request)
-        items = stored.input_items if order == "asc" else stored.input_items[::-1]
-        if after is not None:
-            ids = [item["id"] for item in items]
-            if after not in ids:
-                raise InvalidRequest(f"Invalid 'after': no input item {after!r} in this response.", param="after")
-            items = items[ids.index(after) + 1 :]
-    except GatewayError as exc:
-        return error_response(exc, _headers(request))
+    limit, order, after = _page_params(request)
+    stored = await _stored(request)
+    items = stored.input_items if order == "asc" else stored.input_items[::-1]
+    if after is not None:
+        ids = [item["id"] for item in items]
+        if after not in ids:
+            raise InvalidRequest(f"Invalid 'after': no input item {after!r} in this response.", param="after")
+        items = items[ids.index(after) + 1 :]
     page = items[:limit]
     body = {
         "object": "list",
@@ -230,15 +219,12 @@ async def input_items(request: Request) -> Response:
         "last_id": page[-1]["id"] if page else None,
         "has_more": len(items) > limit,
     }
-    return _json(body, _headers(request))
+    return _json(body)
 
 
 async def cancel(request: Request) -> Response:
-    try:
-        await _stored(request)
-        raise InvalidRequest("Only responses created with background=true can be cancelled.", param="response_id")
-    except GatewayError as exc:
-        return error_response(exc, _headers(request))
+    await _stored(request)
+    raise InvalidRequest("Only responses created with background=true can be cancelled.", param="response_id")
 
 
 create = ResponsesEndpoint()

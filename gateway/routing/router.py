@@ -75,6 +75,8 @@ class Router:
         rng: random.Random | None = None,
         counter: TokenCounter | None = None,
         policy: Policy | None = None,
+        admit_keys: bool = True,
+        key_policies: Callable[[str | None, KeyPolicy], KeyPolicy] | None = None,
     ) -> None:
         self.cfg = cfg
         self.catalog = catalog
@@ -88,10 +90,10 @@ class Router:
         self.blocks = blocks_of(cfg.affinity)
         self._takes_cache_key = frozenset(e for e, p in shared.profiles.items() if p.prompt_cache_key)
         # Whether route() enforces routing.keys' rpm/tpm itself (the app leaves it to gateway.limits).
-        self.admit_keys = True
+        self.admit_keys = admit_keys
         # (key name, routing.keys' policy) -> the policy routing applies: the app narrows it by
         # the key's and its team's stored regions and data policy (gateway.limits).
-        self.key_policies: Callable[[str | None, KeyPolicy], KeyPolicy] | None = None
+        self.key_policies = key_policies
         self.cache_keys = CacheKeySharder(clock, shard_rpm=cfg.affinity.shard_rpm, max_shards=cfg.affinity.max_shards)
 
     # -- the decision -------------------------------------------------------------------

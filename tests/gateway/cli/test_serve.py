@@ -4,18 +4,21 @@ first (a stream that started before the signal ends with [DONE]), then the backg
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 import pytest
 
-from gateway.app import create_app, drain_timeout
-from gateway.cli.serve import GatewayServer, close_when_draining, server_config
+from gateway.app import create_app
+from gateway.cli.serve import GatewayServer, close_when_draining, serve, server_config
 from gateway.config import load_config
+from gateway.runtime import drain_timeout
 from kernel.tasks import Deadline, Drain
 from providers.base import UpstreamRequest
 from providers.http_mock import MockHTTPClient, MockResponse
@@ -36,6 +39,19 @@ def answer(request: UpstreamRequest) -> MockResponse:
     event = {"id": "x", "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": {"content": "w"}}]}
     chunks = [b"data: " + orjson.dumps(event) + b"\n\n" for _ in range(CHUNKS)] + [b"data: [DONE]\n\n"]
     return SlowStream(200, {"content-type": "text/event-stream"}, chunks=chunks)
+
+
+async def test_an_engine_that_does_not_start_ends_serve_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The app's runtime starts the engines in the lifespan: a start that fails is still one
+    `gwctl:` line and exit status 2 (uvicorn's own exit for a failed lifespan is replaced)."""
+    missing = tmp_path / "missing.gguf"
+    settings = load_config(environ={}, server={"port": 0}, engines=[{"name": "local", "model": str(missing)}])
+    try:
+        assert await serve(settings) == 2
+    finally:
+        gc.unfreeze()  # serve() froze the test process's objects for its collector
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith("gwctl: engine local: ") and err.count(err[-1]) == 1
 
 
 def test_the_drain_takes_half_the_budget() -> None:

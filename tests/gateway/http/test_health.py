@@ -8,9 +8,9 @@ import asyncio
 import orjson
 from starlette.requests import Request
 
-from gateway.app import build_state
 from gateway.config import load_config
 from gateway.http.health import readyz
+from gateway.runtime import build_state
 from kernel.tasks import LoopHealth
 from providers.http_mock import MockHTTPClient, MockResponse
 from tests.fakes.clock import FakeClock

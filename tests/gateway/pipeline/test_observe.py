@@ -162,7 +162,7 @@ def test_a_peer_that_names_its_events_hears_only_those() -> None:
 
 
 def test_the_apps_peers_and_the_events_each_hears(tmp_path: Any) -> None:
-    from gateway.app import build_state
+    from gateway.runtime import build_state
 
     state = build_state(settings(tmp_path, None), client=MockHTTPClient(lambda r: ok()))
     names = [type(o).__name__ for o in state.feedback.members]

@@ -10,7 +10,6 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-import gateway.app
 from gateway.app import create_app
 from gateway.config import load_config
 from gateway.state import AppState
@@ -78,27 +77,15 @@ def upstreams() -> Upstreams:
     return Upstreams()
 
 
-STATES: dict[int, AppState] = {}
-
-
 @pytest.fixture
-def make_client(upstreams: Upstreams, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., TestClient]]:
+def make_client(upstreams: Upstreams) -> Iterator[Callable[..., TestClient]]:
     clients: list[TestClient] = []
-    built: list[AppState] = []
-    original = gateway.app.build_state
-
-    def capture(*args: Any, **kwargs: Any) -> AppState:
-        built.append(original(*args, **kwargs))
-        return built[-1]
-
-    monkeypatch.setattr(gateway.app, "build_state", capture)
 
     def make(**overrides: Any) -> TestClient:
         app = create_app(settings(**overrides), client_factory=lambda: MockHTTPClient(upstreams))
         client = TestClient(app)
         client.__enter__()
         clients.append(client)
-        STATES[id(client)] = built[-1]
         return client
 
     yield make
@@ -107,7 +94,8 @@ def make_client(upstreams: Upstreams, monkeypatch: pytest.MonkeyPatch) -> Iterat
 
 
 def gw(client: TestClient) -> AppState:
-    return STATES[id(client)]
+    state: AppState = client.app_state["gw"]
+    return state
 
 
 def chat(client: TestClient, turns: list[str], *, model: str = "m", stream: bool = False, **extra: Any) -> Any:
