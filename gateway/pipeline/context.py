@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gateway.routing import preferences
+from gateway.routing.preferences import NO_PREFERENCES, ProviderPreferences
 from kernel.values import Operation, Usage
 
 if TYPE_CHECKING:
@@ -20,6 +22,8 @@ class RequestContext:
     body: dict[str, Any] = field(default_factory=dict)
     model: str = ""
     stream: bool = False
+    # The body's `provider` object, parsed once when the body is accepted (`accept`).
+    prefs: ProviderPreferences = NO_PREFERENCES
     attempts: int = 0
     endpoint_id: str | None = None
     # Set when an endpoint produced the answer or its first stream event: no retries after it.
@@ -48,6 +52,12 @@ class RequestContext:
     # Set only when the request carries tools: gathers the response's calls for the passive
     # tool-call monitor (probes.toolcalls.trace.ToolTrace).
     tool_trace: Any = None
+
+    def accept(self, body: dict[str, Any], prefs: ProviderPreferences | None = None) -> None:
+        """Take the validated body; its routing preferences are parsed here (a 400 naming the bad
+        field), unless a translation already parsed them, and the route stage reads `prefs`."""
+        self.body, self.model, self.stream = body, body["model"], bool(body.get("stream"))
+        self.prefs = preferences.parse(body.get("provider")) if prefs is None else prefs
 
     def body_for(self, endpoint_id: str) -> dict[str, Any]:
         extra = self.body_extra.get(endpoint_id) if self.body_extra else None
