@@ -57,7 +57,10 @@ class RequestContext:
         """Take the validated body; its routing preferences are parsed here (a 400 naming the bad
         field), unless a translation already parsed them, and the route stage reads `prefs`."""
         self.body, self.model, self.stream = body, body["model"], bool(body.get("stream"))
-        self.prefs = preferences.parse(body.get("provider")) if prefs is None else prefs
+        if prefs is None:
+            raw = body.get("provider")
+            prefs = NO_PREFERENCES if raw is None else preferences.parse(raw)
+        self.prefs = prefs
 
     def body_for(self, endpoint_id: str) -> dict[str, Any]:
         extra = self.body_extra.get(endpoint_id) if self.body_extra else None
