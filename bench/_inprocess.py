@@ -17,7 +17,6 @@ from gateway.config import Settings, load_config
 from gateway.persistence import migrate
 from gateway.persistence.engine import make_engine
 from gateway.state import AppState
-from kernel.records import RequestRecord
 from providers.base import UpstreamRequest
 from providers.http_mock import MockHTTPClient, MockResponse
 
@@ -111,6 +110,7 @@ async def call(app: Any, state: dict[str, Any], i: int) -> tuple[int, float]:
 def sink_cost(app_state: AppState, n: int = 1000, repeats: int = 5) -> dict[str, float]:
     """Microseconds per `submit` of each request observer that records (metrics, persistence),
     alone (best of `repeats`; the queue has room for every record, so none spills)."""
+    from kernel.records import RequestRecord  # here: overhead_inprocess.py also runs checkouts from before kernel/
     record = RequestRecord(
         "bench", "bench", "mock-model", "mock/mock-model", "chat", False, 1, 200, None, 12, 0, 9, 1e-6, None, 0.001, 0.1
     )

@@ -1,5 +1,8 @@
 """Probe traffic to one endpoint, sent directly (no routing, no retries, no fallback) through the
-endpoint's own adapter and the gateway's HTTP client.
+endpoint's own adapter and the gateway's HTTP client, by the dispatcher's own upstream call
+(`providers.call`): built, sent and its errors mapped as a user's request is. The circuit breaker
+hears nothing of it: probes must reach an endpoint whose breaker is open (a demoted or recovering
+one is probed to decide its state), and their failures are the probes' availability evidence.
 
 Nothing on the wire says "probe": a provider that could spot probes could serve them honestly and
 users badly. The request is built exactly as the pipeline builds a user's (same adapter, same
@@ -16,8 +19,9 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kernel.errors import GatewayError, ProviderRejected
+from kernel.errors import GatewayError, ProviderError, ProviderRejected
 from probes.budget import ProbeBudget
+from providers.call import call
 
 if TYPE_CHECKING:
     from gateway.catalog import Endpoint
@@ -96,25 +100,17 @@ class ProbeClient:
         payload.update(self._shape(op, payload, ep))
         try:
             request = ep.adapter.build_request(ep.target, op, payload, False)
-            response = await self._http.send(request, self._timeouts, ep.id)
-            try:
-                raw = await response.read()
-                if response.status >= 400:
-                    error = ep.adapter.map_error(ep.target, response.status, response.headers, raw)
-                    raise _refusal(f"{ep.id}: {error.message}", response.status, error)
-                parsed = ep.adapter.parse_response(ep.target, op, raw, request=payload)
-            finally:
-                response.close()
+            parsed = await call(self._http, self._timeouts, ep, op, request, sent=payload)
             data: dict[str, Any] = json.loads(parsed.body)
-        except ContextOverflow:
-            raise
-        except ProbeUnavailable:
-            self.errors += 1
-            raise
-        except GatewayError as exc:  # the adapter refused to build it, or the transport failed
-            self.errors += 1
-            kind = ProbeRejected if isinstance(exc, ProviderRejected) else ProbeUnavailable
-            raise kind(f"{ep.id}: {exc.message}", status=exc.status_code) from None
+        except ProviderError as exc:
+            if exc.upstream_status is None:
+                raise self._unavailable(exc) from None
+            refusal = _refusal(f"{ep.id}: {exc.message}", exc.upstream_status, exc)  # the upstream's answer
+            if not isinstance(refusal, ContextOverflow):
+                self.errors += 1
+            raise refusal from None
+        except GatewayError as exc:  # the adapter refused to build it
+            raise self._unavailable(exc) from None
         except ValueError as exc:
             self.errors += 1
             raise ProbeUnavailable(f"{ep.id}: unreadable response: {exc}") from None
@@ -123,3 +119,9 @@ class ProbeClient:
         self.tokens += spent
         self._budget.record_tokens(ep.id, spent)
         return data
+
+    def _unavailable(self, exc: GatewayError) -> ProbeUnavailable:
+        """The adapter refused the request, the transport failed or the answer was unreadable."""
+        self.errors += 1
+        kind = ProbeRejected if isinstance(exc, ProviderRejected) else ProbeUnavailable
+        return kind(f"{self.endpoint.id}: {exc.message}", status=exc.status_code)

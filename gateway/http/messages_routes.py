@@ -101,7 +101,7 @@ class MessagesEndpoint(InferenceEndpoint):
         try:
             ctx.key_name = authenticate(state, scope)
             request = await _read(state, scope, receive, counting=False)
-            ctx.body, ctx.model, ctx.stream = request.body, request.model, request.stream
+            ctx.body, ctx.model, ctx.stream, ctx.prefs = request.body, request.model, request.stream, request.prefs
             candidates = resolve(state.catalog, "chat", ctx.model, ctx.body)
             result = await _until_disconnect(receive, _route_and_dispatch(state, ctx, candidates))
         except ClientGone:

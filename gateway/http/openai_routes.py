@@ -196,7 +196,7 @@ class InferenceEndpoint:
             body = validate(
                 self.op, parse_json(raw), max_depth=server.max_json_depth, max_prompts=server.max_completion_prompts
             )
-            ctx.body, ctx.model, ctx.stream = body, body["model"], bool(body.get("stream"))
+            ctx.accept(body)
             candidates = resolve(state.catalog, self.op, ctx.model, body)
             result = await _until_disconnect(receive, _route_and_dispatch(state, ctx, candidates))
         except ClientGone:

@@ -99,7 +99,7 @@ class ResponsesEndpoint:
                 history = (await _load(store, ctx.key_name, previous, "previous_response_id")).conversation
             request = translate(raw, history)
             body = validate("chat", request.body, max_depth=server.max_json_depth)
-            ctx.body, ctx.model, ctx.stream = body, body["model"], bool(body.get("stream"))
+            ctx.accept(body)
             turn = stage.Turn(
                 request, new_id("resp"), int(self._wall()), ctx.model, history, store if request.echo["store"] else None
             )

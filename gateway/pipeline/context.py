@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gateway.routing import preferences
+from gateway.routing.preferences import NO_PREFERENCES, ProviderPreferences
 from kernel.values import Operation, Usage
 
 if TYPE_CHECKING:
@@ -20,6 +22,8 @@ class RequestContext:
     body: dict[str, Any] = field(default_factory=dict)
     model: str = ""
     stream: bool = False
+    # The body's `provider` object, parsed once when the body is accepted (`accept`).
+    prefs: ProviderPreferences = NO_PREFERENCES
     attempts: int = 0
     endpoint_id: str | None = None
     # Set when an endpoint produced the answer or its first stream event: no retries after it.
@@ -50,6 +54,15 @@ class RequestContext:
     # Set only when the request carries tools: gathers the response's calls for the passive
     # tool-call monitor (probes.toolcalls.trace.ToolTrace).
     tool_trace: Any = None
+
+    def accept(self, body: dict[str, Any], prefs: ProviderPreferences | None = None) -> None:
+        """Take the validated body; its routing preferences are parsed here (a 400 naming the bad
+        field), unless a translation already parsed them, and the route stage reads `prefs`."""
+        self.body, self.model, self.stream = body, body["model"], bool(body.get("stream"))
+        if prefs is None:
+            raw = body.get("provider")
+            prefs = NO_PREFERENCES if raw is None else preferences.parse(raw)
+        self.prefs = prefs
 
     def body_for(self, endpoint_id: str) -> dict[str, Any]:
         extra = self.body_extra.get(endpoint_id) if self.body_extra else None

@@ -25,6 +25,7 @@ from gateway.routing.order import Ordering
 from gateway.routing.settings import RetryConfig
 from kernel.errors import AllAttemptsFailed, ProviderError, ProviderStreamError, ProviderTimeout, Unavailable
 from providers.base import ParsedChunk, StreamTranslator
+from providers.call import call, open_call
 from providers.http import HTTPClient, Timeouts, UpstreamResponse
 from providers.sse import SSEDecoder
 
@@ -165,19 +166,16 @@ class Dispatcher:
         return await self._send(ctx, endpoint, ctx.body_for(endpoint.id))
 
     async def _send(self, ctx: RequestContext, endpoint: Endpoint, body: dict[str, Any]) -> Completed | Streaming:
-        target, adapter = endpoint.target, endpoint.adapter
-        request = adapter.build_request(target, ctx.op, body, ctx.stream)
+        request = endpoint.adapter.build_request(endpoint.target, ctx.op, body, ctx.stream)
         begin = self._clock()
         try:
-            response = await self._client.send(request, self._timeouts, endpoint.id)
-            if response.status >= 400:
-                raise adapter.map_error(target, response.status, response.headers, await response.read())
             if not ctx.stream:
-                parsed = adapter.parse_response(target, ctx.op, await response.read(), request=body)
+                parsed = await call(self._client, self._timeouts, endpoint, ctx.op, request, sent=body)
                 ctx.usage = parsed.usage
                 if parsed.usage is None:  # counted for an estimate (gateway.pipeline.estimate)
                     count_payloads(ctx, [parsed.body])
                 return Completed(parsed.body)
+            response = await open_call(self._client, self._timeouts, endpoint, request)
             return await self._first_event(ctx, endpoint, response)
         finally:
             ctx.waited += self._clock() - begin

@@ -12,7 +12,6 @@ from typing import Any
 
 import orjson
 
-from gateway.routing import preferences
 from kernel.errors import InvalidRequest
 from kernel.values import Operation
 
@@ -40,9 +39,7 @@ def validate(op: Operation, body: Body, *, max_depth: int = 64, max_prompts: int
     VALIDATORS[op](body)
     if op == "completions":
         _prompt_count(body["prompt"], max_prompts)
-    if "provider" in body:
-        preferences.parse(body["provider"])  # routing preferences: a 400 naming the bad field
-    return body
+    return body  # the `provider` preferences are parsed once, by `RequestContext.accept`
 
 
 # -- nesting depth --------------------------------------------------------------

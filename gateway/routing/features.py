@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 import xxhash
 
+from gateway.routing import capabilities
 from gateway.routing.preferences import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.settings import AffinitySettings, KeyPolicy
 from gateway.routing.tokens import ASCII_BYTES_PER_TOKEN, OTHER_BYTES_PER_TOKEN
@@ -72,7 +73,8 @@ class RequestFeatures:
     max_output_tokens: int | None
     # What cost and decode time assume.
     expected_output_tokens: int
-    # Capabilities the body needs: "tools", "logprobs"; and the top_logprobs it asks for.
+    # Capabilities the body needs: "tools", "logprobs"; and the top_logprobs it asks for
+    # (`gateway.routing.capabilities`).
     needs: frozenset[str] = frozenset()
     top_logprobs: int = 0
     # The body's parameter names (a keys view: no copy).
@@ -227,25 +229,16 @@ def extract(
     hash_chain: bool = True,
 ) -> RequestFeatures:
     model = str(body.get("model", ""))
-    needs: set[str] = set()
-    top = 0
+    needs, top = capabilities.requested(op, body)
     chain: list[int] | None
     if op == "chat":
         canonical, family_src, ascii_text = _chat_canonical(model, body)
-        if body.get("tools") and body.get("tool_choice") != "none":
-            needs.add("tools")
-        if body.get("logprobs"):
-            needs.add("logprobs")
-            top = int(body.get("top_logprobs") or 0)
         chain = None
     elif op == "completions":
         prompt = body.get("prompt")
         canonical = orjson.dumps([model, prompt])
         family_src = canonical
         ascii_text = not isinstance(prompt, str) or prompt.isascii()
-        if body.get("logprobs") is not None:
-            needs.add("logprobs")
-            top = int(body["logprobs"])
         chain = None
     else:  # embeddings: no prefix cache to aim at
         canonical = orjson.dumps(body.get("input"))
@@ -273,7 +266,7 @@ def extract(
         est_prompt_tokens=_estimate(len(canonical), ascii_text),
         max_output_tokens=max_out,
         expected_output_tokens=expected,
-        needs=frozenset(needs),
+        needs=needs,
         top_logprobs=top,
         params=body.keys(),
         chain=chain,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from gateway.catalog import Endpoint
+from gateway.routing import capabilities
 from gateway.routing.decision import NOT_READY, Filtered
 from gateway.routing.features import RequestFeatures
 from gateway.routing.preferences import NO_PREFERENCES
@@ -24,21 +25,13 @@ def _names(endpoint: Endpoint) -> tuple[str, str]:
 
 
 def check_mode(ep: Endpoint, f: RequestFeatures, s: Snapshot) -> tuple[str, str] | None:
-    if f.op not in ep.deployment.capabilities.modes:
+    if not capabilities.serves(ep.deployment.capabilities, f.op):
         return "mode", f"does not serve the {f.op} endpoint"
     return None
 
 
 def check_capabilities(ep: Endpoint, f: RequestFeatures, s: Snapshot) -> tuple[str, str] | None:
-    caps = ep.deployment.capabilities
-    if "tools" in f.needs and not caps.tools:
-        return "tools", "does not support tools"
-    if "logprobs" in f.needs:
-        if not caps.logprobs:
-            return "logprobs", "does not return logprobs"
-        if f.top_logprobs > caps.max_top_logprobs:
-            return "top_logprobs", f"returns at most {caps.max_top_logprobs} top logprobs, {f.top_logprobs} asked"
-    return None
+    return capabilities.unmet(ep.deployment.capabilities, f.needs, f.top_logprobs)
 
 
 def check_context(ep: Endpoint, f: RequestFeatures, s: Snapshot) -> tuple[str, str] | None:
@@ -131,7 +124,7 @@ def check_plain(ep: Endpoint, f: RequestFeatures, s: Snapshot) -> tuple[str, str
     """mode, context window, health, breaker and rate headroom in one call (the common case:
     no capabilities, preferences or key policy to check)."""
     deployment = ep.deployment
-    if f.op not in deployment.capabilities.modes:
+    if not capabilities.serves(deployment.capabilities, f.op):
         return check_mode(ep, f, s)
     if f.prompt_tokens + (f.max_output_tokens or 0) > deployment.context_window:
         return check_context(ep, f, s)

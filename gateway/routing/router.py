@@ -98,10 +98,20 @@ class Router:
 
     # -- the decision -------------------------------------------------------------------
 
-    def features(self, op: str, body: dict[str, Any], key_name: str | None, *, hash_chain: bool = True) -> RequestFeatures:
-        """`hash_chain=False` leaves the affinity chain empty (it only steers a choice of deployment
-        and shards prompt_cache_key by conversation)."""
-        prefs = preferences.parse(body.get("provider"))
+    def features(
+        self,
+        op: str,
+        body: dict[str, Any],
+        key_name: str | None,
+        *,
+        prefs: preferences.ProviderPreferences | None = None,
+        hash_chain: bool = True,
+    ) -> RequestFeatures:
+        """`prefs`: the body's `provider` object as the request path parsed it (`ctx.prefs`); None
+        parses it here (explain, probe traffic). `hash_chain=False` leaves the affinity chain empty
+        (it only steers a choice of deployment and shards prompt_cache_key by conversation)."""
+        if prefs is None:
+            prefs = preferences.parse(body.get("provider"))
         if prefs.order or prefs.only or prefs.ignore:
             preferences.check_names(prefs, self._names)
         a = self.cfg.affinity
@@ -186,7 +196,7 @@ class Router:
         """The pipeline stage: decide, admit the key's rate limit, and set up the attempt feedback."""
         # One deployment needs no chain, unless its prompt_cache_key shards by conversation.
         hash_chain = len(candidates) > 1 or candidates[0].id in self._takes_cache_key
-        f = self.features(ctx.op, ctx.body, ctx.key_name, hash_chain=hash_chain)
+        f = self.features(ctx.op, ctx.body, ctx.key_name, prefs=ctx.prefs, hash_chain=hash_chain)
         await self.count_if_needed(f, ctx.body, candidates)
         decision = self.decide(candidates, f, score_sole=False)
         rejected = self.rejection(decision, f)

@@ -51,6 +51,8 @@ class ChatRequest:
     stop_sequences: tuple[str, ...]
     # The client asked for thinking: the upstream's reasoning text comes back as thinking blocks.
     thinking: bool = False
+    # The `provider` routing preferences, parsed here (a 400 in the translation's order of checks).
+    prefs: preferences.ProviderPreferences = preferences.NO_PREFERENCES
 
 
 def _type_name(value: Any) -> str:
@@ -406,10 +408,11 @@ def to_chat(body: Body, *, counting: bool = False) -> ChatRequest:
     _output_config(body, chat)
     if body.get("mcp_servers"):
         raise UnsupportedParameter("mcp_servers: MCP connectors are not supported by this gateway.", param="mcp_servers")
+    prefs = preferences.NO_PREFERENCES
     if "provider" in body:  # the gateway's routing preferences, as on /v1/chat/completions
-        preferences.parse(body["provider"])
+        prefs = preferences.parse(body["provider"])
         chat["provider"] = body["provider"]
     if stream:
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}
-    return ChatRequest(chat, model, bool(stream), stops, _thinking(body))
+    return ChatRequest(chat, model, bool(stream), stops, _thinking(body), prefs)

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from kernel.errors import ProviderRejected
+from kernel.errors import ProviderConnectError, ProviderRejected
 from probes.budget import ProbeBudget
 from probes.client import ContextOverflow, ProbeClient, ProbeRejected, ProbeUnavailable
 from providers.http import Timeouts
@@ -63,3 +63,15 @@ async def test_an_adapter_that_refuses_to_build_the_request_raises_a_rejection_n
     with pytest.raises(ProbeRejected, match="several tools"):
         await client.chat({"messages": [{"role": "user", "content": "x"}]})
     assert http.requests == []
+
+
+async def test_a_transport_failure_is_unavailability_counted_as_an_error() -> None:
+    def down(request: Any) -> MockResponse:
+        raise ProviderConnectError("upstream ep could not be reached", endpoint="ep")
+
+    budget = ProbeBudget(requests_per_day=100, tokens_per_day=0, clock=time.time)
+    client = ProbeClient(make_endpoint("ep", "m"), MockHTTPClient(down), TIMEOUTS, budget)
+    with pytest.raises(ProbeUnavailable) as caught:
+        await client.chat({"messages": [{"role": "user", "content": "x"}]})
+    assert type(caught.value) is ProbeUnavailable and caught.value.status == 502
+    assert client.requests == 1 and client.errors == 1

@@ -61,11 +61,11 @@ def served_by(client: TestClient) -> str:
 def within_next_tick(state: AppState, done: Callable[[], bool], timeout: float = 25 * SYNC_S) -> tuple[int, float]:
     """Wait until `done()`; returns how many sync ticks of `state` began meanwhile, and the seconds."""
     assert state.shared is not None
-    ticks, start = state.shared._ticks, time.monotonic()
+    ticks, start = state.shared.sync.ticks, time.monotonic()
     while not done():
         assert time.monotonic() - start < timeout, "never adopted"
         time.sleep(0.002)
-    return state.shared._ticks - ticks, time.monotonic() - start
+    return state.shared.sync.ticks - ticks, time.monotonic() - start
 
 
 def manual(client: TestClient, action: str, **body: Any) -> dict[str, Any]:
@@ -103,14 +103,14 @@ def test_a_stale_automatic_move_does_not_undo_a_pin(replicas: tuple[TestClient, 
     here, other = gw(one), gw(two)
     assert here.shared is not None and other.shared is not None
     # Stop the other replica's pulls: it does not learn of the pin before its probe decides.
-    other_pull = other.shared._pull
+    other_pull = other.shared.sync.pull
 
     async def no_pull(now: float, latency_tick: bool = True) -> None:
         return None
 
-    other.shared._pull = no_pull  # type: ignore[method-assign]
-    begun = other.shared._ticks  # let a tick that began with the real pull finish first
-    within_next_tick(other, lambda: other.shared is not None and other.shared._ticks >= begun + 2)
+    other.shared.sync.pull = no_pull  # type: ignore[method-assign]
+    begun = other.shared.sync.ticks  # let a tick that began with the real pull finish first
+    within_next_tick(other, lambda: other.shared is not None and other.shared.sync.ticks >= begun + 2)
     pinned_at = time.time()
     manual(one, "demote", reason="operator says no")
     # A probe on the other replica, a second later, on its stale (healthy) view.
@@ -118,11 +118,11 @@ def test_a_stale_automatic_move_does_not_undo_a_pin(replicas: tuple[TestClient, 
         lambda: other.health.transition("p/m", "suspect", source="probe", reason="drift", at=pinned_at + 1.0)
     )
     assert other.health.state("p/m") == "suspect"
-    other.shared._pull = other_pull  # type: ignore[method-assign]
+    other.shared.sync.pull = other_pull  # type: ignore[method-assign]
     within_next_tick(other, lambda: other.health.state("p/m") == "demoted")
     assert other.health.get("p/m").manual
     # Nor did the first replica, two of its ticks later.
-    start = here.shared._ticks
-    within_next_tick(here, lambda: here.shared is not None and here.shared._ticks >= start + 2)
+    start = here.shared.sync.ticks
+    within_next_tick(here, lambda: here.shared is not None and here.shared.sync.ticks >= start + 2)
     assert here.health.state("p/m") == "demoted" and here.health.get("p/m").manual
     assert other.shared.health_feed is not None and other.shared.health_feed.refused == 1

@@ -1,5 +1,5 @@
 """The `provider` preferences object: accepted shapes, and a 400 naming each unknown or
-contradictory field (checked in the validate stage, and against the catalog when routed)."""
+contradictory field (checked once, when the request context accepts the body, and against the catalog when routed)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from gateway.pipeline.context import RequestContext
 from gateway.pipeline.validate import validate
 from gateway.routing.preferences import NO_PREFERENCES, check_names, parse
 from kernel.errors import InvalidRequest
@@ -90,10 +91,15 @@ def test_names_are_checked_against_the_catalog() -> None:
     assert info.value.param == "provider.ignore" and "Unknown provider 'togehter'" in info.value.message
 
 
-def test_the_validate_stage_checks_preferences() -> None:
+def test_the_body_is_accepted_with_its_preferences_parsed_once() -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "provider": {"sort": "price", "bogus": 1}}
+    ctx = RequestContext(request_id="r", op="chat", started=0.0)
     with pytest.raises(InvalidRequest) as info:
-        validate("chat", body)
+        ctx.accept(validate("chat", body))
     assert info.value.param == "provider.bogus"
     body["provider"] = {"sort": "price"}
-    assert validate("chat", body) is body
+    ctx.accept(validate("chat", body))
+    assert ctx.body is body and ctx.model == "m" and ctx.prefs.sort == "price"
+    # A translation that parsed them already hands them over.
+    ctx.accept(body, NO_PREFERENCES)
+    assert ctx.prefs is NO_PREFERENCES

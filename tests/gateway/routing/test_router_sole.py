@@ -10,6 +10,7 @@ from gateway.catalog import Catalog, Endpoint
 from gateway.config import Settings
 from gateway.pipeline.context import RequestContext
 from gateway.routing.breaker import CircuitBreaker
+from gateway.routing.preferences import parse
 from gateway.routing.router import Router
 from gateway.routing.settings import BreakerConfig
 from gateway.routing.shared import SharedState
@@ -102,3 +103,13 @@ async def test_one_deployment_that_takes_prompt_cache_key_still_shards_by_conver
         keys.add(ctx.body_extra["oai"]["prompt_cache_key"])
         clock.now += 0.1
     assert len(keys) > 1
+
+
+async def test_the_route_stage_reads_the_preferences_the_context_accepted() -> None:
+    r, _, clock = router(endpoint("a"), endpoint("b"))
+    # The body's own `provider` is not parsed again (it would be a 400): ctx.prefs decides.
+    ctx = context(clock, {"model": "m", "messages": [{"role": "user", "content": "hi"}], "provider": {"bogus": 1}})
+    ctx.prefs = parse({"ignore": ["a"]})
+    ordering = await r.route(ctx, r.catalog.candidates("m"))
+    assert [ep.id for ep in ordering.endpoints] == ["b"]
+    assert [(x.endpoint.id, x.reason) for x in ctx.route.decision.filtered] == [("a", "pref_ignored")]

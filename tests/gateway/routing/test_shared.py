@@ -205,7 +205,7 @@ async def test_store_outage_serves_locally_and_resyncs(caplog: pytest.LogCapture
     # The store returns (empty, like a restarted Redis): r1 republishes, r2 picks it up.
     store.inner = MemoryStore(clock)
     store.down = False
-    r2._cursor = None
+    r2.sync._cursor = None
     await sync(r2, r1, r2)
     assert r1.status()["ok"] is True and r1.resyncs == 1
     assert "is back" in caplog.text
@@ -267,7 +267,7 @@ def test_pending_rate_counts_stay_inside_the_stores_range(pair: Any) -> None:
     r1, _, _ = pair
     for _ in range(200):
         r1.adjust_deployment_tokens("cloud/m", 10**17)
-    assert 0 < r1._rate_pending["dep:cloud/m"][1] < 10**17
+    assert 0 < r1.rates.pending["dep:cloud/m"][1] < 10**17
 
 
 async def test_an_admission_the_store_refuses_is_decided_locally_without_marking_it_down(pair: Any) -> None:
@@ -307,7 +307,7 @@ async def test_the_sync_loop_survives_an_unexpected_exception(caplog: Any) -> No
         async with asyncio.timeout(10):
             while r.last_sync is None:
                 await asyncio.sleep(0.01)
-        assert r._task is not None and not r._task.done()
+        assert r.sync._task is not None and not r.sync._task.done()
         await r.aclose()
     assert r.beat.failures == 1 and r.beat.last_success is not None
     assert "OverflowError" in caplog.text

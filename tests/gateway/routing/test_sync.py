@@ -1,5 +1,5 @@
-"""The sync loop stops when cancelled, even when a wake-up arrives in the same loop iteration as
-the cancellation (Python 3.11's `asyncio.wait_for` then returned the wake-up's result and dropped
+"""The sync loop (`gateway.routing.sync`) stops when cancelled, even when a wake-up arrives in the
+same loop iteration as the cancellation (Python 3.11's `asyncio.wait_for` then returned the wake-up's result and dropped
 the cancellation: the loop ran on and a gateway's shutdown hung, seen after a burst of requests)."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ async def test_a_wake_up_at_cancellation_does_not_keep_the_sync_loop_running() -
     clock = FakeClock()
     shared = replica(MemoryStore(clock), clock, "r1")
     shared.start()
-    task = shared._task
+    task = shared.sync._task
     assert task is not None
     for _ in range(50):  # the first sync round, then parked in the pause, waiting for a wake-up
         await asyncio.sleep(0)
-    assert shared._wake is not None and not task.done()
-    shared._wake.set()  # e.g. an endpoint went idle as the last request finished
+    assert shared.sync._wake is not None and not task.done()
+    shared.sync._wake.set()  # e.g. an endpoint went idle as the last request finished
     task.cancel()
     done, _ = await asyncio.wait([task], timeout=2.0)
     assert task in done and task.cancelled()
