@@ -76,6 +76,7 @@ def build_state(
     store: StateStore | None = None,
     drain: Drain | None = None,
     limit_store: LimitStore | None = None,
+    span_exporter: Any = None,
 ) -> AppState:
     catalog = Catalog([*endpoints_from_settings(settings), *extra_endpoints], created=int(time.time()))
     breaker = CircuitBreaker(settings.breaker, max_block_s=settings.retry.max_retry_after_block)
@@ -123,6 +124,11 @@ def build_state(
         checker=ProcessChecker(settings.probes.tool_monitor),
         count=metrics.tool_call_results if metrics else None,
     )
+    tracing = None
+    if settings.tracing.enabled:  # the OpenTelemetry SDK (the `otel` extra) loads only then
+        from gateway.tracing.wiring import build_tracing
+
+        tracing = build_tracing(settings.tracing, clock=clock, exporter=span_exporter)
     # The one way back from a request: every party that learns from it, as peers, in this order.
     feedback = Observers(
         [
@@ -132,6 +138,7 @@ def build_state(
             limiter,
             *([metrics.sink] if metrics else []),
             *([persistence.queue] if persistence else []),
+            *([tracing.observer] if tracing else []),
         ]
     )
     dispatcher = Dispatcher(
@@ -161,6 +168,7 @@ def build_state(
         tool_monitor=tool_monitor,
         responses=ResponseStore(store, ttl_s=settings.responses.ttl_s),
         limits=limiter,
+        tracing=tracing,
         loops=loops,
         sessions=SessionStore(idle=settings.auth.session_idle_timeout_s),
         admin_failures=FailureLimiter(settings.auth.admin_failures_per_minute),
@@ -198,6 +206,8 @@ async def close_within(state: AppState, scheduler: Any, client: HTTPClient, dead
         await deadline.run(
             state.persistence.aclose(timeout=max(0.0, deadline.remaining() - later)), "persistence", reserve=later - 0.5
         )
+    if state.tracing is not None:  # the spans still queued, in one last export
+        await deadline.run(state.tracing.aclose(), "the traces' export", reserve=later)
     assert state.shared is not None
     await deadline.run(
         state.shared.aclose(timeout=max(0.0, min(last_push, deadline.remaining() - engine_stop - 0.5))),
@@ -221,10 +231,11 @@ def create_app(
     shutdown: Deadline | None = None,
     drain: Drain | None = None,
     limit_store: LimitStore | None = None,
+    span_exporter: Any = None,
 ) -> Starlette:
     """`shutdown`: the server's shutdown deadline (`gwctl serve` starts it when uvicorn begins to
     drain); without one the lifespan closes within `closing_budget`. `drain`: set by the server on
-    SIGTERM (/readyz then answers 503)."""
+    SIGTERM (/readyz then answers 503). `span_exporter`: where spans go instead of OTLP (tests)."""
     make_client = client_factory or upstream_client_factory(settings.upstream, settings.providers)
 
     @asynccontextmanager
@@ -234,6 +245,7 @@ def create_app(
             settings, client=client, extra_endpoints=extra_endpoints, engines=engines, clock=clock, rng=rng, store=store,
             drain=drain,
             limit_store=limit_store,
+            span_exporter=span_exporter,
         )
         assert state.shared is not None
         await state.shared.sync_once()  # the shared view before the first request

@@ -50,6 +50,10 @@ class RequestContext:
     # Set only when the request carries tools: gathers the response's calls for the passive
     # tool-call monitor (probes.toolcalls.trace.ToolTrace).
     tool_trace: Any = None
+    # Only when tracing is on (gateway.tracing): the client's W3C `traceparent`, then the request's
+    # spans, whose `upstream_headers` (the current attempt's traceparent) go with each upstream request.
+    traceparent: str | None = None
+    spans: Any = None
 
     def body_for(self, endpoint_id: str) -> dict[str, Any]:
         extra = self.body_extra.get(endpoint_id) if self.body_extra else None
