@@ -140,6 +140,11 @@ class TracingObserver:
         trace = self._trace(ctx)
         if trace.attempt is not None:  # not expected: every attempt is told failed or committed first
             trace.attempt.end(self._ns(now))
+            trace.attempt = None
+        if not trace.span.is_recording():  # sampled out: no attempt spans, the trace still goes on
+            if not trace.upstream_headers:
+                trace.upstream_headers = {"traceparent": traceparent(trace.span)}
+            return
         op = OPERATIONS.get(ctx.op, ctx.op)
         model = endpoint.target.upstream_model
         attrs: Attributes = {
@@ -182,6 +187,12 @@ class TracingObserver:
     def finished(self, ctx: RequestContext, record: RequestRecord | None = None) -> None:
         trace = self._trace(ctx)  # a request refused before dispatch gets its span here
         end = time.time_ns()
+        ctx.spans = None
+        if not trace.span.is_recording():  # sampled out: nothing to describe
+            if trace.attempt is not None:
+                trace.attempt.end(end)
+            trace.span.end(end)
+            return
         failed = ctx.status >= 400
         attempt = trace.attempt
         if attempt is not None:  # a committed stream's attempt: it ended with the stream
@@ -226,4 +237,3 @@ class TracingObserver:
             if ctx.status >= 500:  # a server span's 4xx is the client's fault: status left unset
                 span.set_status(Status(StatusCode.ERROR))
         span.end(end)
-        ctx.spans = None

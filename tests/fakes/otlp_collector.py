@@ -6,10 +6,13 @@ them. ``hold()`` makes it take exports without answering until ``release()`` (a 
 
     async with FakeOTLPCollector() as collector:
         endpoint = collector.url   # http://127.0.0.1:<port>/v1/traces
+
+or ``python -m tests.fakes.otlp_collector --port 4318`` for the bench (``GET /_spans`` counts them).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import socket
 from dataclasses import dataclass
@@ -41,13 +44,13 @@ def attributes(span: Span) -> dict[str, Any]:
 
 
 class FakeOTLPCollector:
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.exports: list[Export] = []
         self.received = asyncio.Event()
         self._open = asyncio.Event()
         self._open.set()
         self._runner: web.AppRunner | None = None
-        self.port = 0
+        self.port = port
 
     @property
     def url(self) -> str:
@@ -90,11 +93,16 @@ class FakeOTLPCollector:
             body=ExportTraceServiceResponse().SerializeToString(), content_type="application/x-protobuf"
         )
 
+    async def _count(self, request: web.Request) -> web.Response:
+        return web.json_response({"exports": len(self.exports), "spans": len(self.spans())})
+
     async def start(self) -> FakeOTLPCollector:
         app = web.Application()
         app.router.add_post("/v1/traces", self._traces)
+        app.router.add_get("/_spans", self._count)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.bind(("127.0.0.1", 0))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.port))
         self.port = sock.getsockname()[1]
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()
@@ -116,3 +124,20 @@ class FakeOTLPCollector:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Run the fake OTLP/HTTP collector.")
+    parser.add_argument("--port", type=int, default=4318)
+    args = parser.parse_args()
+
+    async def serve() -> None:
+        async with FakeOTLPCollector(args.port) as collector:
+            print(f"fake collector on {collector.url}", flush=True)
+            await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()
