@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -43,4 +44,21 @@ class TracingConfig(Frozen):
     def _batch(self) -> TracingConfig:
         if self.max_export_batch_size > self.max_queue_size:
             raise ValueError("max_export_batch_size must not exceed max_queue_size")
+        if self.enabled and (missing := missing_packages()):  # found, not imported: start-up stays light
+            raise ValueError(f"enabled needs {' and '.join(missing)}: install the gateway's `otel` extra")
         return self
+
+
+def missing_packages() -> list[str]:
+    missing = []
+    for package, module in (
+        ("opentelemetry-sdk", "opentelemetry.sdk.trace"),
+        ("opentelemetry-exporter-otlp-proto-http", "opentelemetry.exporter.otlp.proto.http"),
+    ):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package is absent (or only stubbed)
+            found = False
+        if not found:
+            missing.append(package)
+    return missing

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from gateway.config import load_config
@@ -47,3 +49,14 @@ def test_bad_values_are_one_line_errors_naming_the_field(field: str, value: obje
     message = str(info.value)
     assert message.startswith("config error: tracing") and why in message
     assert "\n" not in message
+
+
+def test_tracing_on_without_the_sdk_stops_start_up_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http", None)  # as if not installed
+
+    with pytest.raises(ConfigError) as info:
+        load_config(environ={"GW_TRACING__ENABLED": "true"})
+    assert str(info.value) == (
+        "config error: tracing: enabled needs opentelemetry-exporter-otlp-proto-http: install the gateway's `otel` extra"
+    )
+    assert not load_config(environ={}).tracing.enabled  # off, nothing is looked for

@@ -84,8 +84,9 @@ async def test_closing_is_cut_short_by_the_shutdown_budget_when_the_collector_ha
             await asyncio.to_thread(thread.join)
 
 
-def test_tracing_on_without_the_sdk_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_building_without_the_sdk_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = TracingConfig(enabled=True)  # (the config itself refuses this: test_settings.py)
     monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)  # what an absent package raises
 
     with pytest.raises(ConfigError, match="tracing.enabled needs the OpenTelemetry SDK"):
-        build_tracing(TracingConfig(enabled=True), clock=FakeClock())
+        build_tracing(cfg, clock=FakeClock())
