@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
@@ -29,6 +31,7 @@ from tests.gateway.tracing.helpers import CLIENT_SPAN, TRACE_ID, TRACEPARENT, of
 KEY = "sk-gw-tracing-key-0001"
 HELLO = [{"role": "user", "content": "hi"}]
 TRACED = {"traceparent": TRACEPARENT}
+SLOW_EVENT_S = 5.0  # between a slow upstream's events
 
 
 def settings_for(upstream: FakeOpenAIUpstream, **tracing: Any) -> Settings:
@@ -175,6 +178,29 @@ def test_a_cut_stream_is_an_error_on_both_spans(servers: BackgroundLoop, upstrea
     [server], [client] = of_kind(spans, SpanKind.SERVER), of_kind(spans, SpanKind.CLIENT)
     assert client.status.status_code == server.status.status_code == StatusCode.ERROR
     assert server.attributes is not None and server.attributes["http.response.status_code"] == 502
+
+
+def test_a_stream_the_client_leaves_ends_its_spans_then(servers: BackgroundLoop) -> None:
+    slow = servers.call(FakeOpenAIUpstream(chunk_delay=SLOW_EVENT_S).start())
+    try:
+        with traced(servers, settings_for(slow, enabled=True)) as gw:
+            auth = {"authorization": f"Bearer {KEY}"}
+            body = {"model": "chat-model", "messages": HELLO, "stream": True}
+            with httpx.Client(timeout=10) as http:
+                with http.stream("POST", gw.server.url + "/chat/completions", json=body, headers=auth) as resp:
+                    for line in resp.iter_lines():
+                        if line.startswith("data: "):
+                            break  # the first event, then hang up
+            left = time.time_ns()
+        spans = gw.stop()
+    finally:
+        servers.call(slow.stop())
+
+    [server], [client] = of_kind(spans, SpanKind.SERVER), of_kind(spans, SpanKind.CLIENT)
+    assert server.attributes is not None and server.attributes["gateway.usage.estimated"] is True  # no last event
+    # The rest of the stream would have taken SLOW_EVENT_S an event: the spans ended with the cut.
+    for span in (server, client):
+        assert span.end_time is not None and span.end_time - left < SLOW_EVENT_S * 1e9
 
 
 def test_the_messages_and_responses_apis_take_the_clients_trace(
