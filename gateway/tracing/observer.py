@@ -128,8 +128,11 @@ class TracingObserver:
         if attrs is None:
             url = urlsplit(endpoint.target.base_url)
             attrs = {"server.address": url.hostname or ""}
-            if url.port is not None:
-                attrs["server.port"] = url.port
+            try:
+                if url.port is not None:
+                    attrs["server.port"] = url.port
+            except ValueError:  # not a number: the address alone (a request path never raises)
+                pass
             self._servers[endpoint.id] = attrs
         return attrs
 
