@@ -7,6 +7,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -52,17 +53,20 @@ def create_app(
     shutdown: Deadline | None = None,
     drain: Drain | None = None,
     limit_store: LimitStore | None = None,
+    span_exporter: Any = None,
 ) -> Starlette:
     """The lifespan runs a `gateway.runtime.Runtime`. `engines`: local engines it starts first and
     stops last (their endpoints in `extra_endpoints`). `shutdown`: the server's shutdown deadline
     (`gwctl serve` starts it when uvicorn begins to drain); without one the lifespan closes within
-    `closing_budget`. `drain`: set by the server on SIGTERM (/readyz then answers 503)."""
+    `closing_budget`. `drain`: set by the server on SIGTERM (/readyz then answers 503). `span_exporter`: where spans go
+    instead of OTLP (tests)."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, AppState]]:
         runtime = Runtime(
             settings, client_factory=client_factory, extra_endpoints=extra_endpoints, engines=engines, clock=clock,
             rng=rng, store=store, drain=drain, limit_store=limit_store, shutdown=shutdown,
+            span_exporter=span_exporter,
         )
         try:
             async with runtime:

@@ -27,6 +27,7 @@ from gateway.persistence.config import DatabaseConfig, PersistenceConfig, Retent
 from gateway.pipeline.settings import AuthConfig
 from gateway.routing.settings import BreakerConfig, RetryConfig, RoutingConfig
 from gateway.state_store.config import StateStoreConfig
+from gateway.tracing.settings import TracingConfig
 from kernel.deployment import DeploymentConfig
 from kernel.errors import ConfigError
 from kernel.frozen import Frozen
@@ -116,6 +117,7 @@ class Settings(BaseSettings):
     persistence: PersistenceConfig = PersistenceConfig()
     retention: RetentionConfig = RetentionConfig()
     metrics: MetricsConfig = MetricsConfig()
+    tracing: TracingConfig = TracingConfig()
     responses: ResponsesConfig = ResponsesConfig()
     probes: ProbeSettings = ProbeSettings()
     upstream: UpstreamConfig = UpstreamConfig()

@@ -4,7 +4,7 @@ one shutdown budget. The app's lifespan, `gwctl worker` and the tests all go thr
 
 Start: local engines → upstream client → state (`build_state`) → the shared view (first sync,
 then its loop) → persistence → probe scheduler. Close, in reverse: scheduler → tool-call monitor →
-persistence → the state store's last push → limits → upstream client → engines. A new collaborator
+persistence → the traces' last export → the state store's last push → limits → upstream client → engines. A new collaborator
 is built in `build_state`; if it runs or holds something, start it in `Runtime._start` and push its
 close right after (`_close`), where it belongs in that order."""
 
@@ -75,6 +75,7 @@ def build_state(
     store: StateStore | None = None,
     drain: Drain | None = None,
     limit_store: LimitStore | None = None,
+    span_exporter: Any = None,
 ) -> AppState:
     catalog = Catalog([*endpoints_from_settings(settings), *extra_endpoints], created=int(time.time()))
     breaker = CircuitBreaker(settings.breaker, max_block_s=settings.retry.max_retry_after_block)
@@ -143,6 +144,11 @@ def build_state(
         # A passive alarm may only start the gateway's own suite.
         confirm=partial(probes.run, probes=["toolcalls"], trigger=TOOL_MONITOR),
     )
+    tracing = None
+    if settings.tracing.enabled:  # the OpenTelemetry SDK (the `otel` extra) loads only then
+        from gateway.tracing.wiring import build_tracing
+
+        tracing = build_tracing(settings.tracing, clock=clock, exporter=span_exporter)
     # The one way back from a request: every party that learns from it, as peers, in this order.
     feedback = Observers(
         [
@@ -152,6 +158,7 @@ def build_state(
             limiter,
             *([metrics.sink] if metrics else []),
             *([persistence.queue] if persistence else []),
+            *([tracing.observer] if tracing else []),
         ]
     )
     dispatcher = Dispatcher(
@@ -182,6 +189,7 @@ def build_state(
         tool_monitor=tool_monitor,
         responses=ResponseStore(store, ttl_s=settings.responses.ttl_s),
         limits=limiter,
+        tracing=tracing,
         loops=loops,
         sessions=SessionStore(idle=settings.auth.session_idle_timeout_s),
         admin_failures=FailureLimiter(settings.auth.admin_failures_per_minute),
@@ -237,6 +245,7 @@ class Runtime:
         limit_store: LimitStore | None = None,
         shutdown: Deadline | None = None,
         scheduler: bool | None = None,
+        span_exporter: Any = None,
     ) -> None:
         self.settings = settings
         self._make_client = client_factory or upstream_client_factory(settings.upstream, settings.providers)
@@ -251,6 +260,7 @@ class Runtime:
             store=store,
             drain=self.drain,
             limit_store=limit_store,
+            span_exporter=span_exporter,
         )
         self.engines = engines
         self.deadline = shutdown or Deadline(closing_budget(settings))
@@ -306,6 +316,8 @@ class Runtime:
             lambda: shared.aclose(timeout=max(0.0, min(last_push, remaining() - engine_stop - 0.5))),
             reserve=engine_stop,
         )
+        if state.tracing is not None:  # the spans still queued, in one last export
+            self._close(stack, "the traces' export", state.tracing.aclose, reserve=later)
         if (persistence := state.persistence) is not None:
             await persistence.start(state.catalog, state.auth, state.health, limits=state.limits)
             # Flushes the record queue, spills what the database does not take.

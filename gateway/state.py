@@ -27,6 +27,7 @@ from providers.http import HTTPClient
 
 if TYPE_CHECKING:  # imported lazily: SQLAlchemy only loads when persistence is on
     from gateway.persistence.runtime import Persistence
+    from gateway.tracing.wiring import Tracing
     from probes.runner import ProbeRunner
     from probes.toolcalls.passive import ToolCallMonitor
 
@@ -62,6 +63,8 @@ class AppState:
     responses: ResponseStore | None = None
     # Per-key and per-team limits and budgets: a stage before dispatch and a request observer.
     limits: Limiter | None = None
+    # OpenTelemetry traces (settings.tracing.enabled): the provider the lifespan closes.
+    tracing: Tracing | None = None
     # The background loops' heartbeats (/readyz, /metrics).
     loops: LoopHealth = field(default_factory=LoopHealth)
     # Every party that learns from requests (`gateway.pipeline.observe`): the stream stage tells it

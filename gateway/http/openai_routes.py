@@ -187,6 +187,8 @@ class InferenceEndpoint:
         state: AppState = scope["state"]["gw"]
         clock = state.clock
         ctx = RequestContext(request_id=scope["gateway.request_id"], op=self.op, started=clock())
+        if state.tracing is not None:  # the client's trace, if it sent one, is the request span's parent
+            ctx.traceparent = _header(scope, b"traceparent")
         if state.accountant.keep_bodies:
             ctx.response_parts = []
         try:

@@ -54,6 +54,10 @@ class RequestContext:
     # Set only when the request carries tools: gathers the response's calls for the passive
     # tool-call monitor (probes.toolcalls.trace.ToolTrace).
     tool_trace: Any = None
+    # Only when tracing is on (gateway.tracing): the client's W3C `traceparent`, then the request's
+    # spans, whose `upstream_headers` (the current attempt's traceparent) go with each upstream request.
+    traceparent: str | None = None
+    spans: Any = None
 
     def accept(self, body: dict[str, Any], prefs: ProviderPreferences | None = None) -> None:
         """Take the validated body; its routing preferences are parsed here (a 400 naming the bad

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import random
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from gateway.catalog import Endpoint
@@ -167,6 +168,8 @@ class Dispatcher:
 
     async def _send(self, ctx: RequestContext, endpoint: Endpoint, body: dict[str, Any]) -> Completed | Streaming:
         request = endpoint.adapter.build_request(endpoint.target, ctx.op, body, ctx.stream)
+        if ctx.spans is not None:  # tracing is on: the attempt's W3C trace context goes with it
+            request = replace(request, headers={**request.headers, **ctx.spans.upstream_headers})
         begin = self._clock()
         try:
             if not ctx.stream:

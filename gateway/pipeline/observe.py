@@ -13,7 +13,7 @@ told the same events in the same order, as a peer of the others.
 
 Dispatch emits the attempt events, the stream stage the failure after commit, and the accountant
 `finished`; the app composes the peers (`Observers`), in order: breaker feedback, router,
-tool-call monitor, limits (settlement), metrics, persistence. Every method runs on the request path: O(1), no I/O,
+tool-call monitor, limits (settlement), metrics, persistence, tracing (when on). Every method runs on the request path: O(1), no I/O,
 never raising for its own troubles. A peer may name the events it acts on in `events`; the others
 (no-ops) are then not called at all.
 """

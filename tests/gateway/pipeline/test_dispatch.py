@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator, Callable
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -400,3 +401,18 @@ async def test_first_event_timeout_falls_back() -> None:
     assert isinstance(result, Streaming) and result.endpoint is B
     assert slow.closed
     assert upstreams.hosts() == ["a", "b"]
+
+
+async def test_the_attempts_trace_headers_go_upstream_only_when_tracing_set_them() -> None:
+    client = MockHTTPClient(lambda request: ok())
+    dispatcher = Dispatcher(client, RETRY, TIMEOUTS, clock=FakeClock(), rng=random.Random(1))
+    adapter_headers = A.adapter.build_request(A.target, "chat", context().body_for(A.id), False).headers
+
+    await dispatcher.dispatch(context(), Ordering((A,)))
+    traced = context()
+    traced.spans = SimpleNamespace(upstream_headers={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"})
+    await dispatcher.dispatch(traced, Ordering((A,)))
+
+    plain, with_trace = (dict(r.headers) for r in client.requests)
+    assert plain == dict(adapter_headers) and "traceparent" not in plain
+    assert with_trace == {**adapter_headers, "traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
