@@ -20,8 +20,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from gateway.app import build_state, create_app
+from gateway.app import create_app
 from gateway.config import Settings, load_config
+from gateway.runtime import build_state
 from providers.http_mock import MockHTTPClient, MockResponse
 from tests.fakes.openai_upstream import FakeOpenAIUpstream, Received
 from tests.fakes.otlp_collector import FakeOTLPCollector, attributes
@@ -292,7 +293,7 @@ def test_with_tracing_off_no_tracing_observer_is_registered() -> None:
 def test_with_tracing_off_opentelemetry_is_never_imported() -> None:
     script = (
         "import sys\n"
-        "from gateway.app import build_state\n"
+        "from gateway.runtime import build_state\n"
         "from gateway.config import load_config\n"
         "from providers.http_mock import MockHTTPClient\n"
         "settings = load_config(environ={}, providers=[{'name': 'p', 'base_url': 'http://p.test/v1'}],"
