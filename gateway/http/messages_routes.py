@@ -95,7 +95,7 @@ class MessagesEndpoint(InferenceEndpoint):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state: AppState = scope["state"]["gw"]
         clock = state.clock
-        ctx = RequestContext(request_id=scope["gateway.request_id"], op="chat", started=clock())
+        ctx = RequestContext(request_id=scope["gateway.request_id"], op="chat", api="messages", started=clock())
         if state.accountant.keep_bodies:
             ctx.response_parts = []
         try:

@@ -83,7 +83,7 @@ class ResponsesEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state: AppState = scope["state"]["gw"]
         clock = state.clock
-        ctx = RequestContext(request_id=scope["gateway.request_id"], op="chat", started=clock())
+        ctx = RequestContext(request_id=scope["gateway.request_id"], op="chat", api="responses", started=clock())
         if state.accountant.keep_bodies:
             ctx.response_parts = []
         try:
