@@ -159,7 +159,9 @@ def build_state(
         router=router,
         shared=shared,
         tool_monitor=tool_monitor,
-        responses=ResponseStore(store, ttl_s=settings.responses.ttl_s),
+        responses=ResponseStore(
+            store, ttl_s=settings.responses.ttl_s, max_bytes=settings.responses.max_stored_bytes
+        ),
         limits=limiter,
         loops=loops,
         sessions=SessionStore(idle=settings.auth.session_idle_timeout_s),

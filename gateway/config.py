@@ -91,6 +91,9 @@ class ResponsesConfig(Frozen):
     state store (`state_store.backend`: redis shares them across replicas) for `ttl_s`."""
 
     ttl_s: float = Field(7 * 86400, gt=0)
+    # The most one stored response may take (JSON: response, input items, conversation so far);
+    # over it the answer is sent with `store: false` and not stored, which also ends a chain.
+    max_stored_bytes: int = Field(8 * 1024 * 1024, gt=0)
 
 
 class Settings(BaseSettings):

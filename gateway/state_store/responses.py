@@ -9,6 +9,10 @@ covers both (tests/gateway/state_store/test_responses_store.py).
 Per-key isolation: the storage key holds a digest of the owner (the gateway key's name), so
 another key asking for the same id finds nothing, which is a 404 as at OpenAI, not a 403 that
 would confirm the id exists.
+
+Size: one stored response may take `max_bytes` (`responses.max_stored_bytes`); a bigger one is not
+stored (`gateway.pipeline.responses.keep` says so in the answer), which also bounds a
+`previous_response_id` chain, since each stored response holds the whole conversation so far.
 """
 
 from __future__ import annotations
@@ -47,20 +51,26 @@ class StoredResponse:
 
 
 class ResponseStore:
-    def __init__(self, kv: KeyValue, *, ttl_s: float) -> None:
+    def __init__(self, kv: KeyValue, *, ttl_s: float, max_bytes: int) -> None:
         self._kv = kv
         self.ttl_s = ttl_s
+        # The most one stored response (with its input items and conversation) may take.
+        self.max_bytes = max_bytes
 
     @staticmethod
     def _key(owner: str | None, response_id: str) -> str:
         digest = hashlib.sha256((owner or "").encode()).hexdigest()[:32]
         return f"responses:{digest}:{response_id}"
 
-    async def put(self, owner: str | None, stored: StoredResponse) -> None:
+    async def put(self, owner: str | None, stored: StoredResponse) -> int | None:
+        """Store it; None when stored, else its size in bytes, over `max_bytes` (nothing is stored)."""
         body = orjson.dumps(
             {"response": stored.response, "input_items": stored.input_items, "conversation": stored.conversation}
         )
+        if len(body) > self.max_bytes:
+            return len(body)
         await self._kv.kv_put(self._key(owner, stored.id), body, self.ttl_s)
+        return None
 
     async def get(self, owner: str | None, response_id: str) -> StoredResponse | None:
         if not _ID.fullmatch(response_id):

@@ -17,6 +17,7 @@ from tests.gateway.state_store.redis_helpers import REDIS_URL, delete_prefix, re
 from tests.services import require
 
 TTL = 0.5
+MAX_BYTES = 64 * 1024
 
 
 @dataclass
@@ -33,13 +34,13 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
         async def advance(seconds: float) -> None:
             clock.advance(seconds)
 
-        yield Backend(ResponseStore(MemoryStore(clock), ttl_s=TTL), advance)
+        yield Backend(ResponseStore(MemoryStore(clock), ttl_s=TTL, max_bytes=MAX_BYTES), advance)
         return
     require(redis_available(), f"Redis is not answering at {REDIS_URL}")
     prefix = unique_prefix()
     redis_store = RedisStore(REDIS_URL, prefix=prefix, timeout=1.0)
     try:
-        yield Backend(ResponseStore(redis_store, ttl_s=TTL), asyncio.sleep)
+        yield Backend(ResponseStore(redis_store, ttl_s=TTL, max_bytes=MAX_BYTES), asyncio.sleep)
     finally:
         await redis_store.aclose()
         delete_prefix(prefix)
@@ -96,10 +97,26 @@ async def test_ids_outside_the_id_shape_are_never_looked_up(backend: Backend) ->
         assert await backend.store.delete("alice", bad) is False
 
 
+async def test_a_response_over_the_size_cap_is_not_stored(backend: Backend) -> None:
+    small = stored("resp_small")
+    assert await backend.store.put("alice", small) is None
+    # Just over the cap: the store reports the size it refused and keeps nothing under that id.
+    big = stored("resp_big", "x" * MAX_BYTES)
+    size = await backend.store.put("alice", big)
+    assert size is not None and size > MAX_BYTES
+    assert await backend.store.get("alice", "resp_big") is None
+    assert await backend.store.get("alice", "resp_small") == small
+    # Up to the cap is still stored (the text is thrice in it: output, input item, conversation).
+    overhead = size - 3 * MAX_BYTES
+    at_cap = stored("resp_cap", "y" * ((MAX_BYTES - overhead) // 3))
+    assert await backend.store.put("alice", at_cap) is None
+    assert await backend.store.get("alice", "resp_cap") == at_cap
+
+
 async def test_memory_backend_drops_expired_entries_as_it_grows() -> None:
     clock = FakeClock()
     kv = MemoryStore(clock)
-    store = ResponseStore(kv, ttl_s=1.0)
+    store = ResponseStore(kv, ttl_s=1.0, max_bytes=MAX_BYTES)
     for i in range(KV_SWEEP_MIN):
         await store.put("a", stored(f"resp_{i}"))
     clock.advance(2.0)
