@@ -25,7 +25,9 @@ def client(servers: BackgroundLoop, upstream_server: FakeOpenAIUpstream) -> Iter
         upstream_server.url,
         responses={"max_stored_bytes": CAP},
         # Room for inputs many times the cap: the store's cap is what is tested, not the model's window.
-        deployments=[{"model": "chat-model", "provider": "fake", "upstream_model": "gpt-fake", "context_window": 10**6}],
+        deployments=[
+            {"model": "chat-model", "provider": "fake", "upstream_model": "gpt-fake", "context_window": 10**6}
+        ],
     )
     server = GatewayServer(create_app(settings), servers).start()
     try:
