@@ -3,7 +3,9 @@ that `previous_response_id` continues, per gateway key, with a TTL.
 
 It lives in the state store's key/value space, so its backend is the one the replicas already
 share: `redis` for replicas on several hosts (every replica reads what any other stored), `memory`
-for one process (and, one instance shared, for tests that model replicas). One contract suite
+for one process (and, one instance shared, for tests that model replicas). Not in the database: a
+write-behind copy there would not be readable at once on another replica, and the database keeps
+no conversation content unless `persistence.store_bodies` asks for it (README, "Stored responses"). One contract suite
 covers both (tests/gateway/state_store/test_responses_store.py).
 
 Per-key isolation: the storage key holds a digest of the owner (the gateway key's name), so
