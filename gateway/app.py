@@ -160,7 +160,10 @@ def build_state(
         shared=shared,
         tool_monitor=tool_monitor,
         responses=ResponseStore(
-            store, ttl_s=settings.responses.ttl_s, max_bytes=settings.responses.max_stored_bytes
+            store,
+            ttl_s=settings.responses.ttl_s,
+            max_bytes=settings.responses.max_stored_bytes,
+            archive=persistence.responses if persistence is not None and settings.responses.durable else None,
         ),
         limits=limiter,
         loops=loops,

@@ -3,10 +3,14 @@ that `previous_response_id` continues, per gateway key, with a TTL.
 
 It lives in the state store's key/value space, so its backend is the one the replicas already
 share: `redis` for replicas on several hosts (every replica reads what any other stored), `memory`
-for one process (and, one instance shared, for tests that model replicas). Not in the database: a
-write-behind copy there would not be readable at once on another replica, and the database keeps
-no conversation content unless `persistence.store_bodies` asks for it (README, "Stored responses"). One contract suite
+for one process (and, one instance shared, for tests that model replicas). One contract suite
 covers both (tests/gateway/state_store/test_responses_store.py).
+
+Durable copy (`responses.durable`, with persistence on): an `Archive` (the database,
+`gateway.persistence.responses`) also gets each stored response, written behind (never awaited
+on the request), and is read when the state store misses or does not answer: what outlives a
+Redis restart or eviction. The state store stays the shared, immediate copy: a write-behind one
+is not readable on another replica at once (README, "Stored responses").
 
 Per-key isolation: the storage key holds a digest of the owner (the gateway key's name), so
 another key asking for the same id finds nothing, which is a 404 as at OpenAI, not a 403 that
@@ -25,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
+
+from gateway.state_store.base import StoreUnavailable
 
 # Ids the gateway makes are `resp_` + 48 hex; anything outside this shape cannot be stored here.
 _ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
@@ -52,12 +58,26 @@ class StoredResponse:
         return str(self.response["id"])
 
 
+class Archive(Protocol):
+    """A durable second copy, keyed like the state store (`gateway.persistence.responses`)."""
+
+    def keep(self, key: str, body: bytes, ttl_s: float) -> None:
+        """Queue it to be written; never waits."""
+
+    async def fetch(self, key: str) -> bytes | None:
+        """The body, unless missing, expired or the archive is unreachable."""
+
+    async def forget(self, key: str) -> bool:
+        """Drop it (and a queued write of it); whether there was one."""
+
+
 class ResponseStore:
-    def __init__(self, kv: KeyValue, *, ttl_s: float, max_bytes: int) -> None:
+    def __init__(self, kv: KeyValue, *, ttl_s: float, max_bytes: int, archive: Archive | None = None) -> None:
         self._kv = kv
         self.ttl_s = ttl_s
         # The most one stored response (with its input items and conversation) may take.
         self.max_bytes = max_bytes
+        self._archive = archive
 
     @staticmethod
     def _key(owner: str | None, response_id: str) -> str:
@@ -71,13 +91,23 @@ class ResponseStore:
         )
         if len(body) > self.max_bytes:
             return len(body)
-        await self._kv.kv_put(self._key(owner, stored.id), body, self.ttl_s)
+        key = self._key(owner, stored.id)
+        if self._archive is not None:  # first: it holds the response even when the state store is away
+            self._archive.keep(key, body, self.ttl_s)
+        await self._kv.kv_put(key, body, self.ttl_s)
         return None
 
     async def get(self, owner: str | None, response_id: str) -> StoredResponse | None:
         if not _ID.fullmatch(response_id):
             return None
-        raw = await self._kv.kv_get(self._key(owner, response_id))
+        key = self._key(owner, response_id)
+        try:
+            raw = await self._kv.kv_get(key)
+        except StoreUnavailable:
+            if self._archive is None or (raw := await self._archive.fetch(key)) is None:
+                raise  # not known to be missing: the caller says "retry", not "not found"
+        if raw is None and self._archive is not None:
+            raw = await self._archive.fetch(key)
         if raw is None:
             return None
         obj = orjson.loads(raw)
@@ -86,4 +116,6 @@ class ResponseStore:
     async def delete(self, owner: str | None, response_id: str) -> bool:
         if not _ID.fullmatch(response_id):
             return False
-        return await self._kv.kv_delete(self._key(owner, response_id))
+        key = self._key(owner, response_id)
+        archived = await self._archive.forget(key) if self._archive is not None else False
+        return await self._kv.kv_delete(key) or archived

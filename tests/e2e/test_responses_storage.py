@@ -1,15 +1,24 @@
-"""What one stored response may take (`responses.max_stored_bytes`), with the official `openai`
-SDK as the client: over the cap the answer still comes, says `store: false` and is not kept, and a
-`previous_response_id` chain ends where its conversation outgrows the cap."""
+"""Where stored responses live, with the official `openai` SDK as the client. What one may take
+(`responses.max_stored_bytes`): over the cap the answer still comes, says `store: false` and is
+not kept, and a `previous_response_id` chain ends where its conversation outgrows the cap. The
+durable copy (`responses.durable`): a replica whose state store never saw a response (Redis
+restarted, evicted) reads it from the database."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
 
 from gateway.app import create_app
+from gateway.config import Settings
+from gateway.persistence import migrate
+from gateway.persistence.config import DatabaseConfig
+from gateway.persistence.engine import make_engine
+from gateway.state_store.memory import MemoryStore
 from tests.e2e.conftest import sync_client
 from tests.e2e.test_responses import settings_for
 from tests.fakes.openai_upstream import FakeOpenAIUpstream
@@ -91,3 +100,55 @@ def test_a_chain_ends_where_its_conversation_outgrows_the_cap(client: openai.Ope
     # The chain can go on from its last stored turn (the caller decides what to drop, not the store).
     again = client.responses.create(model="chat-model", input="short", previous_response_id=kept[-1].id)
     assert again.output_text == "You said: short"
+
+
+# -- the durable copy in the database ------------------------------------------------------
+
+
+def durable_settings(upstream_url: str, db_path: Path, **responses: Any) -> Settings:
+    url = f"sqlite:///{db_path}"
+    engine = make_engine(DatabaseConfig(url=url))
+    migrate.upgrade(engine)
+    engine.dispose()
+    return settings_for(
+        upstream_url,
+        upstream_url,
+        responses=responses,
+        database={"url": url, "connect_timeout": 2},
+        persistence={"enabled": True, "spill_path": str(db_path.with_suffix(".spill")), "shutdown_timeout": 5},
+    )
+
+
+def replica(settings: Settings, servers: BackgroundLoop) -> GatewayServer:
+    """A gateway with a state store of its own: what another replica after a Redis restart sees."""
+    return GatewayServer(create_app(settings, store=MemoryStore()), servers).start()
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_response_outlives_its_state_store_when_durable(
+    servers: BackgroundLoop, upstream_server: FakeOpenAIUpstream, tmp_path: Path, durable: bool
+) -> None:
+    settings = durable_settings(upstream_server.url, tmp_path / "gateway.db", durable=durable)
+    first = replica(settings, servers)
+    try:
+        with sync_client(first) as c:
+            created = c.responses.create(model="chat-model", input="my name is Ada")
+            assert c.responses.retrieve(created.id).id == created.id  # from the state store
+    finally:
+        first.stop()  # its shutdown writes what is still queued
+    second = replica(settings, servers)
+    try:
+        with sync_client(second) as c:
+            if not durable:  # the default: the state store was the only copy
+                with pytest.raises(openai.NotFoundError):
+                    c.responses.retrieve(created.id)
+                return
+            again = c.responses.retrieve(created.id)
+            assert again.model_dump() == created.model_dump()
+            follow = c.responses.create(model="chat-model", input="what is it?", previous_response_id=created.id)
+            assert follow.previous_response_id == created.id
+            c.responses.delete(created.id)
+            with pytest.raises(openai.NotFoundError):
+                c.responses.retrieve(created.id)  # gone from both copies
+    finally:
+        second.stop()

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from gateway.state_store.base import StoreUnavailable
 from gateway.state_store.memory import KV_SWEEP_MIN, MemoryStore
 from gateway.state_store.redis import RedisStore
 from gateway.state_store.responses import ResponseStore, StoredResponse
@@ -122,3 +123,64 @@ async def test_memory_backend_drops_expired_entries_as_it_grows() -> None:
     clock.advance(2.0)
     await store.put("a", stored("resp_new"))
     assert len(kv._kv) == 1  # the expired ones went at the sweep, not only when read
+
+
+# -- the durable copy (an `Archive`: the database in gateway.persistence.responses) --------
+
+
+class DictArchive:
+    def __init__(self) -> None:
+        self.rows: dict[str, bytes] = {}
+
+    def keep(self, key: str, body: bytes, ttl_s: float) -> None:
+        self.rows[key] = body
+
+    async def fetch(self, key: str) -> bytes | None:
+        return self.rows.get(key)
+
+    async def forget(self, key: str) -> bool:
+        return self.rows.pop(key, None) is not None
+
+
+class AwayStore(MemoryStore):
+    """A state store that does not answer."""
+
+    async def kv_get(self, key: str) -> bytes | None:
+        raise StoreUnavailable("connection refused")
+
+    async def kv_put(self, key: str, value: bytes, ttl_s: float) -> None:
+        raise StoreUnavailable("connection refused")
+
+
+async def test_a_state_store_miss_is_read_from_the_archive() -> None:
+    kv, kept = MemoryStore(FakeClock()), DictArchive()
+    store = ResponseStore(kv, ttl_s=TTL, max_bytes=MAX_BYTES, archive=kept)
+    original = stored("resp_durable")
+    await store.put("alice", original)
+    assert len(kept.rows) == 1
+    restarted = ResponseStore(MemoryStore(FakeClock()), ttl_s=TTL, max_bytes=MAX_BYTES, archive=kept)  # Redis lost it
+    assert await restarted.get("alice", "resp_durable") == original
+    assert await restarted.get("bob", "resp_durable") is None  # the archive is keyed per owner too
+    assert await store.put("alice", stored("resp_big", "x" * MAX_BYTES)) is not None
+    assert len(kept.rows) == 1  # over the cap: archived neither
+
+
+async def test_a_state_store_that_does_not_answer_falls_back_to_the_archive() -> None:
+    kept = DictArchive()
+    store = ResponseStore(AwayStore(FakeClock()), ttl_s=TTL, max_bytes=MAX_BYTES, archive=kept)
+    with pytest.raises(StoreUnavailable):
+        await store.put("alice", stored("resp_outage"))  # the caller logs it; the archive has it
+    assert (await store.get("alice", "resp_outage")) == stored("resp_outage")
+    with pytest.raises(StoreUnavailable):  # not in the archive either: unknown, not "not found"
+        await store.get("alice", "resp_unknown")
+
+
+async def test_delete_removes_both_copies() -> None:
+    kv, kept = MemoryStore(FakeClock()), DictArchive()
+    store = ResponseStore(kv, ttl_s=TTL, max_bytes=MAX_BYTES, archive=kept)
+    await store.put("alice", stored("resp_both"))
+    assert await store.delete("alice", "resp_both") is True
+    assert kept.rows == {} and await store.get("alice", "resp_both") is None
+    kept.rows[ResponseStore._key("alice", "resp_only_archived")] = b"{}"
+    assert await store.delete("alice", "resp_only_archived") is True
+    assert await store.delete("alice", "resp_only_archived") is False
