@@ -146,7 +146,7 @@ request_log = Table(
     # An upstream failure's detail; the client saw only a stable message and the request id.
     Column("error_detail", String(1000)),
     # The API the client spoke (responses, messages, chat, ...); `op` is what was routed. NULL in
-    # rows from before migration 0006, whose API was their op's own.
+    # rows from before migration 0007, whose API was their op's own.
     Column("api", String(16)),
     Index(None, "endpoint_id", "at"),
     Index(None, "key_name", "at"),

@@ -50,7 +50,7 @@ def test_endpoint_figures_over_a_window(engine: Engine) -> None:
     batch += [(T0 + 1, record("b1", endpoint="q/m", latency=0.2))]
     batch += [(T0 + 2, record("b2", endpoint="q/m", latency=0.2, api="responses"))]
     batch += [(T0 + 3, record("b3", endpoint="q/m", latency=0.2, api="messages"))]
-    batch += [(T0 + 4, record("b4", endpoint="q/m", latency=0.2, api=None))]  # a row from before 0006
+    batch += [(T0 + 4, record("b4", endpoint="q/m", latency=0.2, api=None))]  # a row from before 0007
     batch += [(T0 + 1, record("none", endpoint=None, status=404, error="ModelNotFound"))]
     write_batch(engine, batch)
 
