@@ -164,6 +164,8 @@ class Settings(BaseSettings):
         dup = _first_duplicate([e.name for e in self.engines] + names)
         if dup:
             raise ValueError(f"engines: name {dup!r} is already used by another engine or provider")
+        if self.responses.durable and not self.persistence.enabled:
+            raise ValueError("responses.durable keeps stored responses in the database: it needs persistence.enabled")
         return self
 
     def provider(self, name: str) -> ProviderConfig:
