@@ -45,9 +45,9 @@ from kernel.errors import AuthenticationFailed, GatewayError, ProviderError
 log = logging.getLogger("gateway.messages")
 
 # How count_tokens counted, said in a header: the model's own tokenizer where an endpoint of it
-# counts (llama-server), else the gateway's own, an estimate for any other tokenizer.
+# counts (llama-server, Anthropic), else the gateway's own, an estimate for any other tokenizer.
 COUNT_METHOD = "estimate; cl100k_base (the gateway's offline tokenizer, not the model's)"
-EXACT_METHOD = "exact; the tokenizer and chat template of endpoint {}"
+EXACT_METHOD = "exact; counted by endpoint {}"
 
 
 def authenticate(state: AppState, scope: Scope) -> str | None:

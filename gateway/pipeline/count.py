@@ -1,5 +1,6 @@
 """Counting a chat prompt with the routed model's own tokenizer, where an endpoint of it can
-(`providers.base.PromptCounting`: llama-server renders its chat template and tokenizes). For
+(`providers.base.PromptCounting`: llama-server renders its chat template and tokenizes, Anthropic
+counts at its count_tokens route). For
 /v1/messages/count_tokens; the caller falls back to the gateway's estimate when none can.
 """
 

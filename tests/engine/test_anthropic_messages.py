@@ -57,6 +57,6 @@ def test_count_tokens_equals_the_prompt_the_engine_reports(gateway: Gateway, sha
         raw = client.messages.with_raw_response.count_tokens(model=MODEL, **shape)
         counted = raw.parse().input_tokens
         answer = client.messages.create(model=MODEL, max_tokens=1, **shape)
-    assert raw.headers["x-gateway-token-count"].startswith("exact; the tokenizer and chat template of endpoint ")
+    assert raw.headers["x-gateway-token-count"].startswith("exact; counted by endpoint ")
     # The engine's prompt_tokens, which Anthropic's usage splits into fresh and cached input.
     assert counted == answer.usage.input_tokens + (answer.usage.cache_read_input_tokens or 0) > 0

@@ -93,7 +93,7 @@ def test_count_tokens_is_exact_where_the_engine_counts(sdk: anthropic.Anthropic)
     raw = sdk.messages.with_raw_response.count_tokens(**COUNT)  # type: ignore[arg-type]
     # The fake's template: "<|system|> Be brief. <|end|> <|user|> one two three <|end|>", split on spaces.
     assert raw.parse().input_tokens == 4 + 5
-    assert raw.headers["x-gateway-token-count"] == "exact; the tokenizer and chat template of endpoint engine/local"
+    assert raw.headers["x-gateway-token-count"] == "exact; counted by endpoint engine/local"
 
 
 def test_count_tokens_estimates_for_other_upstreams_and_says_so(sdk: anthropic.Anthropic) -> None:
