@@ -89,9 +89,16 @@ class MetricsConfig(Frozen):
 
 class ResponsesConfig(Frozen):
     """The Responses API's stored responses (`store: true`, `previous_response_id`): kept in the
-    state store (`state_store.backend`: redis shares them across replicas) for `ttl_s`."""
+    state store (`state_store.backend`: redis shares them across replicas) for `ttl_s`, and with
+    `durable` in the database too (`gateway.persistence.responses`)."""
 
     ttl_s: float = Field(7 * 86400, gt=0)
+    # The most one stored response may take (JSON: response, input items, conversation so far);
+    # over it the answer is sent with `store: false` and not stored, which also ends a chain.
+    max_stored_bytes: int = Field(8 * 1024 * 1024, gt=0)
+    # With persistence on: also keep them in the database, written behind, read when the state
+    # store misses or is away (they outlive a Redis restart or eviction).
+    durable: bool = False
 
 
 class Settings(BaseSettings):
@@ -159,6 +166,8 @@ class Settings(BaseSettings):
         dup = _first_duplicate([e.name for e in self.engines] + names)
         if dup:
             raise ValueError(f"engines: name {dup!r} is already used by another engine or provider")
+        if self.responses.durable and not self.persistence.enabled:
+            raise ValueError("responses.durable keeps stored responses in the database: it needs persistence.enabled")
         return self
 
     def provider(self, name: str) -> ProviderConfig:

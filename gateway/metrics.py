@@ -1,7 +1,8 @@
 """Prometheus metrics, in a registry that belongs to one app (never the process-global one).
 
 Labels are bounded: endpoint and provider come from the catalog, model is a catalog model or
-"unknown", status is a class ("2xx"), error is an error class name. Never a request id or a key.
+"unknown", status is a class ("2xx"), error is an error class name, api the API the client spoke
+(chat, completions, embeddings, responses, messages). Never a request id or a key.
 
 - `MetricsSink` is an accountant sink: a few counter increments and histogram observations per
   request on pre-bound children (about 1 µs each).
@@ -43,8 +44,8 @@ class GatewayMetrics:
         r = self.registry
         self.requests = Counter(
             "gateway_requests",
-            "Requests finished, by endpoint and status class.",
-            [*LABELS, "status_class"],
+            "Requests finished, by endpoint, client API and status class.",
+            [*LABELS, "api", "status_class"],
             registry=r,
         )
         self.errors = Counter(
@@ -105,7 +106,7 @@ class _Series:
     cached: Any
     completion: Any
     cost: Any
-    requests: dict[int, Any]
+    requests: dict[tuple[str, int], Any]  # by (client API, status class)
     errors: dict[str, Any]
 
 
@@ -145,9 +146,10 @@ class MetricsSink(RecordObserver):
         if s is None:
             s = self._series[key] = self._bind(r.endpoint_id, model)
         klass = r.status // 100
-        counter = s.requests.get(klass)
+        api = r.api or r.op
+        counter = s.requests.get((api, klass))
         if counter is None:
-            counter = s.requests[klass] = self._m.requests.labels(*s.labels, f"{klass}xx")
+            counter = s.requests[api, klass] = self._m.requests.labels(*s.labels, api, f"{klass}xx")
         counter.inc()
         if r.error:
             err = s.errors.get(r.error)

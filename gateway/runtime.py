@@ -187,7 +187,12 @@ def build_state(
         shared=shared,
         probes=probes,
         tool_monitor=tool_monitor,
-        responses=ResponseStore(store, ttl_s=settings.responses.ttl_s),
+        responses=ResponseStore(
+            store,
+            ttl_s=settings.responses.ttl_s,
+            max_bytes=settings.responses.max_stored_bytes,
+            archive=persistence.responses if persistence is not None and settings.responses.durable else None,
+        ),
         limits=limiter,
         tracing=tracing,
         loops=loops,

@@ -32,3 +32,6 @@ class RequestRecord:
     # No usage came from the upstream: the tokens and cost are the gateway's estimate from the
     # output it relayed (gateway.pipeline.estimate).
     usage_estimated: bool = False
+    # The API the client spoke (`kernel.values.ClientApi`): `op` is what the gateway routed, which is
+    # "chat" for a Responses or Messages request. None in records made before it was kept.
+    api: str | None = None

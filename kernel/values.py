@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Operation = Literal["chat", "completions", "embeddings"]
+# The API a client spoke: an operation's own, or one translated into an operation (both into chat).
+ClientApi = Literal["chat", "completions", "embeddings", "responses", "messages"]
 
 
 @dataclass(slots=True)

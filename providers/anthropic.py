@@ -16,6 +16,8 @@ Request mapping (chat -> Messages):
   user                                 -> metadata.user_id
   response_format json_schema          -> output_config.format (structured outputs)
 Refused with a 400 (no Messages equivalent): `response_format` json_object, `logprobs`, audio.
+Prompt counting (`PromptCounting`, for /v1/messages/count_tokens): the same Messages body, less
+what `POST /v1/messages/count_tokens` does not take, is counted there by Claude's own tokenizer.
 Deployments of this kind should declare ``capabilities: {logprobs: false, native_n: false}``.
 """
 
@@ -26,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from kernel.errors import ProviderError, ProviderRejected
+from kernel.errors import ProviderError, ProviderRejected, ProviderServerError
 from kernel.values import Operation
 from providers.anthropic_answer import AnthropicStreamTranslator, parse_message
 from providers.base import ParsedBody, Target, UpstreamRequest
@@ -34,6 +36,8 @@ from providers.openai_compat import map_http_error
 
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
+# What POST /v1/messages/count_tokens takes of a Messages body (it refuses max_tokens, stream, ...).
+COUNT_FIELDS = ("model", "messages", "system", "tools", "tool_choice")
 
 
 def _refuse(target: Target, param: str, message: str) -> ProviderRejected:
@@ -177,21 +181,42 @@ def messages_body(target: Target, body: dict[str, Any], stream: bool) -> dict[st
     return out
 
 
+def _headers(target: Target, stream: bool) -> dict[str, str]:
+    headers = {
+        "content-type": "application/json",
+        "accept": "text/event-stream" if stream else "application/json",
+        "anthropic-version": API_VERSION,
+    }
+    if target.api_key:
+        headers["x-api-key"] = target.api_key
+    if target.extra_headers:
+        headers.update(target.extra_headers)
+    return headers
+
+
 class AnthropicAdapter:
     def build_request(self, target: Target, op: Operation, body: dict[str, Any], stream: bool) -> UpstreamRequest:
         if op != "chat":
             raise _refuse(target, "model", f"The {op} endpoint is not supported")
-        headers = {
-            "content-type": "application/json",
-            "accept": "text/event-stream" if stream else "application/json",
-            "anthropic-version": API_VERSION,
-        }
-        if target.api_key:
-            headers["x-api-key"] = target.api_key
-        if target.extra_headers:
-            headers.update(target.extra_headers)
         payload = orjson.dumps(messages_body(target, body, stream))
-        return UpstreamRequest("POST", target.base_url + "/messages", headers, payload, stream)
+        return UpstreamRequest("POST", target.base_url + "/messages", _headers(target, stream), payload, stream)
+
+    def count_step(
+        self, target: Target, body: dict[str, Any], step: int, answer: bytes | None
+    ) -> UpstreamRequest | int:
+        if step == 0:
+            full = messages_body(target, body, False)
+            payload = orjson.dumps({k: full[k] for k in COUNT_FIELDS if k in full})
+            return UpstreamRequest("POST", target.base_url + "/messages/count_tokens", _headers(target, False), payload)
+        try:
+            count = orjson.loads(answer or b"").get("input_tokens")
+        except (orjson.JSONDecodeError, AttributeError):
+            count = None
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ProviderServerError(
+                f"upstream {target.endpoint_id} answered a count without `input_tokens`", endpoint=target.endpoint_id
+            )
+        return count
 
     def parse_response(
         self, target: Target, op: Operation, body: bytes, request: Mapping[str, Any] | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from kernel.errors import ProviderError
 from kernel.values import Operation, Usage
@@ -75,3 +75,13 @@ class Adapter(Protocol):
     def map_error(
         self, target: Target, status: int, headers: Mapping[str, str], body: bytes
     ) -> ProviderError: ...
+
+
+@runtime_checkable
+class PromptCounting(Protocol):
+    """An adapter whose upstream counts a chat prompt as its model sees it (its tokenizer and chat
+    template), in one request or several. `count_step` gets the chat body, the step (0, 1, ...) and
+    the previous step's answer (None at step 0), and returns the next request to send or the count;
+    an answer it cannot read raises a `ProviderError`."""
+
+    def count_step(self, target: Target, body: dict[str, Any], step: int, answer: bytes | None) -> UpstreamRequest | int: ...

@@ -31,6 +31,11 @@ back as its first characters in ``content``, and one cut inside a later call's k
 500 ("Failed to parse tool call arguments as JSON").
 Everything else (usage in streams, cached tokens, logprobs from token ids with bytes, tool calls,
 ``json_schema``, ``max_completion_tokens``, OpenAI-shaped errors) it does as OpenAI does.
+
+Prompt counting (`PromptCounting`, for /v1/messages/count_tokens): the chat body, as it would be
+sent, is rendered by the engine's own chat template (`POST /apply-template`) and the prompt
+tokenized (`POST /tokenize`, with the special tokens the engine adds to a chat prompt), which is
+how llama-server counts the `prompt_tokens` of that chat request.
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+import orjson
+
+from kernel.errors import ProviderServerError
 from kernel.values import Operation
 from providers.base import Target, UpstreamRequest
 from providers.openai_compat import OpenAICompatAdapter, OpenAIStreamTranslator
@@ -83,6 +91,22 @@ class LlamaCppAdapter(OpenAICompatAdapter):
         ):
             payload["messages"] = [*messages, {"role": "assistant", "content": self.forced_call_prefix}]
         return payload
+
+    def count_step(self, target: Target, body: dict[str, Any], step: int, answer: bytes | None) -> UpstreamRequest | int:
+        root = target.base_url.removesuffix("/").removesuffix("/v1")  # both routes sit beside /v1
+        if step == 0:
+            return self._post(target, root + "/apply-template", self.upstream_body(target, "chat", body, False))
+        if step == 1:
+            prompt = _field(target, answer, "prompt", str)
+            # As llama-server tokenizes a chat prompt: special tokens added (BOS) and parsed.
+            return self._post(target, root + "/tokenize", {"content": prompt, "add_special": True, "parse_special": True})
+        return len(_field(target, answer, "tokens", list))
+
+    def _post(self, target: Target, url: str, payload: dict[str, Any]) -> UpstreamRequest:
+        headers = {"content-type": "application/json", "accept": "application/json", "connection": "close"}
+        if target.api_key:
+            headers["authorization"] = f"Bearer {target.api_key}"
+        return UpstreamRequest("POST", url, {**headers, **target.extra_headers}, orjson.dumps(payload))
 
     def normalise_response(self, obj: dict[str, Any], request: Mapping[str, Any]) -> dict[str, Any]:
         single = _single_call(request)
@@ -130,6 +154,18 @@ class LlamaCppStreamTranslator(OpenAIStreamTranslator):
                 del delta["tool_calls"]
         if index in self._cut and choice.get("finish_reason") == "length":
             choice["finish_reason"] = "tool_calls"
+
+
+def _field(target: Target, answer: bytes | None, name: str, kind: type) -> Any:
+    try:
+        value = orjson.loads(answer or b"").get(name)
+    except (orjson.JSONDecodeError, AttributeError):
+        value = None
+    if not isinstance(value, kind):
+        raise ProviderServerError(
+            f"upstream {target.endpoint_id} answered a count without a `{name}` ({kind.__name__})", endpoint=target.endpoint_id
+        )
+    return value
 
 
 def _items(value: Any) -> list[dict[str, Any]]:

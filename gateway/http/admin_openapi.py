@@ -82,6 +82,11 @@ _WINDOW = {
         "latency_ms": {"type": ["object", "null"], "description": "p50, p95, p99 of successful requests"},
         "ttft_ms": {"type": ["object", "null"], "description": "p50, p95 of streams"},
         "overhead_ms": {"type": ["object", "null"], "description": "p50, p99"},
+        "requests_by_api": {
+            "type": "object",
+            "additionalProperties": {"type": "integer"},
+            "description": "requests by the API the client spoke: chat, completions, embeddings, responses, messages",
+        },
     },
 }
 

@@ -11,12 +11,14 @@ and change nothing. Errors are Anthropic's shape (`gateway.http.anthropic_errors
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import orjson
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.catalog import Endpoint
 from gateway.http.anthropic_errors import anthropic_error_body, anthropic_error_event
 from gateway.http.openai_routes import (
     ClientGone,
@@ -30,6 +32,7 @@ from gateway.http.openai_routes import (
     refuse,
 )
 from gateway.pipeline.context import RequestContext
+from gateway.pipeline.count import count_prompt, counting_endpoint
 from gateway.pipeline.outcome import Completed
 from gateway.pipeline.resolve import resolve
 from gateway.pipeline.validate import _depth as check_depth
@@ -37,10 +40,14 @@ from gateway.pipeline.validate import parse_json
 from gateway.state import AppState
 from gateway.translate.anthropic_request import ChatRequest, to_chat
 from gateway.translate.anthropic_response import MessagesStream, new_message_id, to_message
-from kernel.errors import AuthenticationFailed, GatewayError
+from kernel.errors import AuthenticationFailed, GatewayError, ProviderError
 
-# count_tokens counts with the gateway's own tokenizer, not the routed model's: said in a header.
+log = logging.getLogger("gateway.messages")
+
+# How count_tokens counted, said in a header: the model's own tokenizer where an endpoint of it
+# counts (llama-server, Anthropic), else the gateway's own, an estimate for any other tokenizer.
 COUNT_METHOD = "estimate; cl100k_base (the gateway's offline tokenizer, not the model's)"
+EXACT_METHOD = "exact; counted by endpoint {}"
 
 
 def authenticate(state: AppState, scope: Scope) -> str | None:
@@ -95,7 +102,7 @@ class MessagesEndpoint(InferenceEndpoint):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state: AppState = scope["state"]["gw"]
         clock = state.clock
-        ctx = RequestContext(request_id=scope["gateway.request_id"], op="chat", started=clock())
+        ctx = RequestContext(request_id=scope["gateway.request_id"], op="chat", api="messages", started=clock())
         if state.tracing is not None:  # the client's trace, if it sent one, is the request span's parent
             ctx.traceparent = _header(scope, b"traceparent")
         if state.accountant.keep_bodies:
@@ -139,8 +146,10 @@ class MessagesEndpoint(InferenceEndpoint):
 
 
 class CountTokensEndpoint:
-    """POST /v1/messages/count_tokens: the translated prompt counted with cl100k_base, the way the
-    gateway counts chat prompts for routing. An estimate for any other tokenizer, and says so."""
+    """POST /v1/messages/count_tokens: the translated prompt counted by an endpoint of the model
+    that counts with its own tokenizer and chat template (`gateway.pipeline.count`), exact; else
+    (or when that endpoint fails) with cl100k_base, the way the gateway counts chat prompts for
+    routing: an estimate for any other tokenizer. The `x-gateway-token-count` header says which."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await _count_tokens(scope, receive, send)
@@ -153,21 +162,32 @@ async def _count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
         ctx = RequestContext(request_id=headers["x-request-id"], op="chat", started=state.clock())
         ctx.key_name = authenticate(state, scope)
         request = await _read(state, scope, receive, counting=True)
-        resolve(state.catalog, "chat", request.model, request.body)  # an unknown model is a 404
+        candidates = resolve(state.catalog, "chat", request.model, request.body)  # an unknown model is a 404
         if state.limits is not None:  # the key's allowed models and rpm bind counting too
             ctx.model = request.model
             state.limits.check(ctx)
             await state.limits.count_request(ctx)
-        assert state.router is not None  # build_state always makes one
-        counter = state.router.counter
-        tokens = await asyncio.to_thread(counter.count_chat, request.body["messages"], request.body.get("tools"))
+        tokens, method = await _count(state, candidates, request.body)
     except ClientGone:
         return
     except GatewayError as exc:
         await _send_error(send, exc, headers)
         return
     body: dict[str, Any] = {"input_tokens": tokens}
-    await _send_json(send, 200, orjson.dumps(body), {**headers, "x-gateway-token-count": COUNT_METHOD})
+    await _send_json(send, 200, orjson.dumps(body), {**headers, "x-gateway-token-count": method})
+
+
+async def _count(state: AppState, candidates: tuple[Endpoint, ...], body: dict[str, Any]) -> tuple[int, str]:
+    method = COUNT_METHOD
+    if (endpoint := counting_endpoint(candidates)) is not None:
+        try:
+            return await count_prompt(state.client, state.dispatcher.timeouts, endpoint, body), EXACT_METHOD.format(endpoint.id)
+        except ProviderError as exc:
+            log.info("count_tokens: endpoint %s could not count (%s); estimating", endpoint.id, exc)
+            method += f"; endpoint {endpoint.id} could not count ({type(exc).__name__})"
+    assert state.router is not None  # build_state always makes one
+    counter = state.router.counter
+    return await asyncio.to_thread(counter.count_chat, body["messages"], body.get("tools")), method
 
 
 messages = MessagesEndpoint()

@@ -83,7 +83,7 @@ class ResponsesEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state: AppState = scope["state"]["gw"]
         clock = state.clock
-        ctx = RequestContext(request_id=scope["gateway.request_id"], op="chat", started=clock())
+        ctx = RequestContext(request_id=scope["gateway.request_id"], op="chat", api="responses", started=clock())
         if state.tracing is not None:  # the client's trace, if it sent one, is the request span's parent
             ctx.traceparent = _header(scope, b"traceparent")
         if state.accountant.keep_bodies:

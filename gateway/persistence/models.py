@@ -16,6 +16,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -144,8 +145,22 @@ request_log = Table(
     Column("response_body", Text),
     # An upstream failure's detail; the client saw only a stable message and the request id.
     Column("error_detail", String(1000)),
+    # The API the client spoke (responses, messages, chat, ...); `op` is what was routed. NULL in
+    # rows from before migration 0007, whose API was their op's own.
+    Column("api", String(16)),
     Index(None, "endpoint_id", "at"),
     Index(None, "key_name", "at"),
+)
+
+# The durable copy of stored Responses API responses (`responses.durable`), written behind the
+# state store's; `key` is the state store's key (owner digest and response id), `body` its JSON.
+stored_responses = Table(
+    "stored_responses",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("key", String(200), nullable=False, unique=True),
+    Column("body", LargeBinary, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False, index=True),
 )
 
 spend_daily = Table(

@@ -29,7 +29,7 @@ def _cut(text: str | None, n: int) -> str | None:
 COLUMNS = (
     "at", "request_id", "key_name", "model", "endpoint_id", "op", "stream", "attempts", "status", "error",
     "prompt_tokens", "cached_tokens", "completion_tokens", "cost_usd", "ttft_ms", "latency_ms", "overhead_ms",
-    "request_body", "response_body", "error_detail",
+    "request_body", "response_body", "error_detail", "api",
 )  # fmt: skip
 
 
@@ -59,6 +59,7 @@ def to_values(at: float, record: RequestRecord, *, sqlite: bool) -> tuple[Any, .
         _text(record.request_body),
         _text(record.response_body),
         _cut(record.error_detail, 1000),
+        _cut(record.api, 16),
     )
 
 

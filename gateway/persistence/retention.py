@@ -19,6 +19,7 @@ from gateway.persistence.models import (
     probe_runs,
     request_log,
     spend_daily,
+    stored_responses,
 )
 from gateway.persistence.types import utc
 
@@ -40,6 +41,8 @@ def rules(config: RetentionConfig) -> list[Rule]:
         Rule(health_transitions, health_transitions.c.at, config.health_days),
         Rule(manual_actions, manual_actions.c.at, config.manual_action_days),
         Rule(config_history, config_history.c.at, config.config_history_days),
+        # Archived responses past their TTL (never returned; removed here).
+        Rule(stored_responses, stored_responses.c.expires_at, 0.0),
     ]
 
 

@@ -28,6 +28,7 @@ from gateway.persistence.health import record_transition
 from gateway.persistence.periodic import Periodic
 from gateway.persistence.refresher import Refresher
 from gateway.persistence.requests import write_batch
+from gateway.persistence.responses import MAX_PENDING_BYTES, ResponseArchive
 from gateway.persistence.retention import enforce
 from gateway.persistence.spill import SpillFile
 from gateway.persistence.stores import ProcessStore, StoreError, ThreadStore
@@ -63,6 +64,10 @@ class Persistence:
         self.writer = RecordWriter(
             self.queue, self.spill, store, cfg, self.stats, beat=self.loops.register("record_writer", writer_limit_s(cfg), log)
         )
+        # The durable copy of stored responses (`responses.durable`; idle unless the app uses it).
+        self.responses = ResponseArchive(
+            self.db, max_pending_bytes=MAX_PENDING_BYTES, outages=DATABASE_OUTAGES, wall=wall
+        )
         self._jobs: list[Periodic] = []
         self._closing = threading.Event()  # stops a retention pass between batches
         self._synced = False
@@ -95,6 +100,13 @@ class Persistence:
                 cfg.refresh_interval,
                 self._refresh,
                 beat=self.loops.register("key_refresh", 3 * (cfg.refresh_interval + cfg.write_timeout), log),
+                outages=DATABASE_OUTAGES,
+            ),
+            Periodic(
+                "archive stored responses",
+                cfg.flush_interval,
+                self.responses.flush,
+                beat=self.loops.register("response_archive", 3 * (cfg.flush_interval + cfg.write_timeout), log),
                 outages=DATABASE_OUTAGES,
             ),
             Periodic(
@@ -138,6 +150,13 @@ class Persistence:
             return False
         return True
 
+    async def _archive_last(self, timeout: float | None) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                await self.responses.flush()
+        except DATABASE_OUTAGES as exc:  # TimeoutError among them
+            log.warning("persistence: stored responses not archived at shutdown: %s", exc)
+
     async def aclose(self, timeout: float | None = None) -> None:
         """Stop the jobs, flush the queue (what the database does not take spills), close the
         database; within `timeout` seconds when given (the app's shutdown budget)."""
@@ -145,6 +164,7 @@ class Persistence:
         self._closing.set()
         for job in self._jobs:
             await job.aclose()
+        await self._archive_last(None if timeout is None else timeout * 0.1)
         # Most of the budget is the flush's; closing the store and the database get the rest.
         await self.writer.aclose(None if timeout is None else timeout * 0.8)
         close = asyncio.get_running_loop().run_in_executor(None, self.db.close)  # waits for queries in flight

@@ -12,7 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from gateway.persistence.config import DatabaseConfig
 from gateway.persistence.engine import make_engine, safe_url
 
-SCHEMA_HEAD = ("0006",)
+SCHEMA_HEAD = ("0007",)
 
 
 @dataclass(frozen=True, slots=True)

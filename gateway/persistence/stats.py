@@ -82,6 +82,7 @@ def endpoint_stats(engine: Engine, since: float) -> dict[str, dict[str, Any]]:
         latency = _percentiles(conn, t.latency_ms, [*base, t.status < 400], (50, 95, 99))
         ttft = _percentiles(conn, t.ttft_ms, [*base, t.status < 400, t.ttft_ms.is_not(None)], (50, 95))
         overhead = _percentiles(conn, t.overhead_ms, base, (50, 99))
+        by_api = _requests_by_api(conn, base)
     out = {}
     for r in rows:
         requests, prompt = int(r["requests"]), int(r["prompt_tokens"] or 0)
@@ -97,7 +98,19 @@ def endpoint_stats(engine: Engine, since: float) -> dict[str, dict[str, Any]]:
             "latency_ms": latency.get(r["endpoint_id"]),
             "ttft_ms": ttft.get(r["endpoint_id"]),
             "overhead_ms": overhead.get(r["endpoint_id"]),
+            "requests_by_api": by_api.get(r["endpoint_id"], {}),
         }
+    return out
+
+
+def _requests_by_api(conn: Connection, where: list[ColumnElement[bool]]) -> dict[str, dict[str, int]]:
+    """endpoint id -> {client API: requests}. A row from before the `api` column counts under its op."""
+    t = request_log.c
+    api = func.coalesce(t.api, t.op).label("api")
+    stmt = select(t.endpoint_id, api, func.count()).where(*where).group_by(t.endpoint_id, api)
+    out: dict[str, dict[str, int]] = {}
+    for endpoint_id, name, n in conn.execute(stmt):
+        out.setdefault(endpoint_id, {})[name] = int(n)
     return out
 
 

@@ -80,6 +80,7 @@ class Accountant:
             overhead_ms=ctx.overhead_ms(now),
             error_detail=ctx.error_detail,
             usage_estimated=ctx.usage_estimated,
+            api=ctx.api or ctx.op,
         )
         if self.keep_bodies:
             record.request_body = ctx.body

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.routing import preferences
 from gateway.routing.preferences import NO_PREFERENCES, ProviderPreferences
-from kernel.values import Operation, Usage
+from kernel.values import ClientApi, Operation, Usage
 
 if TYPE_CHECKING:
     from gateway.routing.router import RouteTicket
@@ -18,6 +18,8 @@ class RequestContext:
     request_id: str
     op: Operation
     started: float  # the app clock (perf_counter) at arrival
+    # The API the client spoke when it is not `op`'s own (Responses, Messages: both routed as chat).
+    api: ClientApi | None = None
     key_name: str | None = None
     body: dict[str, Any] = field(default_factory=dict)
     model: str = ""

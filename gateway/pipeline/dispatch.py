@@ -152,6 +152,11 @@ class Dispatcher:
             raise _restarting(ctx)  # they failed because they died: say so, as a retryable 503
         raise self._exhausted(ctx, last)
 
+
+    @property
+    def timeouts(self) -> Timeouts:
+        return self._timeouts
+
     def _exhausted(self, ctx: RequestContext, last: ProviderError | None) -> AllAttemptsFailed:
         detail = f": {last.message}" if last else ""
         return AllAttemptsFailed(

@@ -43,16 +43,31 @@ class Turn:
 
 async def keep(ctx: RequestContext, turn: Turn, response: dict[str, Any]) -> None:
     """Store the finished response with the conversation so far; a store outage is logged, the
-    client still gets its answer (a later retrieve or continuation of it is then a 404)."""
+    client still gets its answer (a later retrieve or continuation of it is then a 404).
+
+    One over the store's size cap (`responses.max_stored_bytes`) is not stored either, and the
+    answer says so: its `store` is false, as for a request that asked not to be stored. That also
+    ends a `previous_response_id` chain that outgrew the cap: each stored response holds the whole
+    conversation so far, so none is stored past the cap and continuing it is a 404."""
     if turn.store is None:
         return
     conversation = [*turn.history, *turn.request.turn]
     if (message := assistant_message(response)) is not None:
         conversation.append(message)
     try:
-        await turn.store.put(ctx.key_name, StoredResponse(response, turn.request.input_items, conversation))
+        size = await turn.store.put(ctx.key_name, StoredResponse(response, turn.request.input_items, conversation))
     except StoreUnavailable as exc:
         log.warning("request %s: could not store response %s: %s", ctx.request_id, turn.response_id, exc)
+        return
+    if size is not None:
+        response["store"] = False
+        log.info(
+            "request %s: response %s not stored: %d bytes, over responses.max_stored_bytes (%d)",
+            ctx.request_id,
+            turn.response_id,
+            size,
+            turn.store.max_bytes,
+        )
 
 
 async def complete(ctx: RequestContext, turn: Turn, chat_body: bytes) -> bytes:
@@ -91,8 +106,9 @@ async def relay(
                     count_chunk(ctx, chunk)  # for an estimate, should no usage come
                     out += events.feed(chunk)
                 if done:
-                    end = events.finish()
+                    end = events.close()
                     await keep(ctx, turn, events.response)
+                    end += events.completed()
                     if parts is not None:
                         parts.append(orjson.dumps(events.response))
                     yield out + end

@@ -159,6 +159,11 @@ class ResponseStream:
 
     def finish(self) -> bytes:
         """Close every item and end with the whole response; `self.response` is final afterwards."""
+        return self.close() + self.completed()
+
+    def close(self) -> bytes:
+        """Every item's closing events; `self.response` is final afterwards (and may still be
+        changed, say its `store`, before `completed` sends it)."""
         out: list[bytes] = []
         for call in self._calls.values():
             if call.output_index is None:  # never named: announce it anyway, its arguments with it
@@ -190,9 +195,12 @@ class ResponseStream:
                 done = call_item(item.id, item.call_id, item.name, arguments, "completed")
             self.response["output"].append(done)
             out.append(self._event("response.output_item.done", output_index=item.output_index, item=done))
-        kind = "response.incomplete" if self.response["status"] == "incomplete" else "response.completed"
-        out.append(self._event(kind, response=self.response))
         return b"".join(out)
+
+    def completed(self) -> bytes:
+        """The last event: the whole response, completed or incomplete."""
+        kind = "response.incomplete" if self.response["status"] == "incomplete" else "response.completed"
+        return self._event(kind, response=self.response)
 
     def error(self, code: str | None, message: str, error_type: str, param: str | None = None) -> bytes:
         """The stream broke: an `error` event (the SDKs raise `APIError` on it), never a completion.

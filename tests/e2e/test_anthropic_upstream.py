@@ -177,3 +177,20 @@ def test_a_messages_client_through_both_translations(gateway: GatewayServer, ups
         text = client.messages.create(model="claude", max_tokens=64, messages=HELLO)  # type: ignore[arg-type]
         assert text.content[0].text == "You said: Say hello"  # type: ignore[union-attr]
         assert (text.usage.input_tokens, text.usage.cache_read_input_tokens) == (2 + 4 - 3, 3)
+
+
+def test_count_tokens_is_the_anthropic_upstreams_own(gateway: GatewayServer, upstream: FakeAnthropicUpstream) -> None:
+    request: dict[str, Any] = {
+        "model": "claude",
+        "system": "Be brief today.",
+        "messages": [{"role": "user", "content": "Say hello"}, {"role": "assistant", "content": "Hi"}, *HELLO],
+    }
+    with anthropic.Anthropic(base_url=gateway.root, api_key=GATEWAY_KEY, max_retries=0, timeout=10) as client:
+        raw = client.messages.with_raw_response.count_tokens(**request)
+        answer = client.messages.create(max_tokens=8, **request)
+    assert raw.headers["x-gateway-token-count"] == "exact; counted by endpoint anth/claude"
+    # What the upstream reports as the prompt of the same request, fresh and cached together.
+    assert raw.parse().input_tokens == answer.usage.input_tokens + (answer.usage.cache_read_input_tokens or 0) > 0
+    [counted] = [r for r in upstream.requests if r.path == "/v1/messages/count_tokens"]
+    assert set(counted.body) == {"model", "messages", "system"}  # nothing the count route refuses
+    assert counted.headers["x-api-key"] == ANTHROPIC_KEY

@@ -1,7 +1,10 @@
 """The official `anthropic` SDK through the real gateway against the real SmolLM2 engine: one short
-answer and one short stream, with the usage the engine reports."""
+answer and one short stream, with the usage the engine reports; count_tokens, counted by the
+engine's own tokenizer and chat template, equals the prompt tokens the engine reports."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import anthropic
 import pytest
@@ -25,3 +28,35 @@ def test_messages_create_and_stream_on_the_bundled_engine(gateway: Gateway) -> N
     assert final.stop_reason in ("end_turn", "max_tokens")
     assert 0 < final.usage.output_tokens <= 12
     assert final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0) > 10  # the engine's own count
+
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+SHAPES: list[dict[str, Any]] = [
+    {"messages": [{"role": "user", "content": "Say hello."}]},
+    {
+        "system": "You are brief.",
+        "messages": [
+            {"role": "user", "content": "My name is Ada."},
+            {"role": "assistant", "content": "Hello Ada."},
+            {"role": "user", "content": [{"type": "text", "text": "What is my name?"}]},
+        ],
+    },
+    {"tools": [WEATHER], "messages": [{"role": "user", "content": "Weather in Paris?"}]},
+    # A forced call: the engine is sent the template's call opener as a prefill, counted too.
+    {"tools": [WEATHER], "tool_choice": {"type": "any"}, "messages": [{"role": "user", "content": "Weather in Paris?"}]},
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=["plain", "system-and-turns", "tools", "forced-tool"])
+def test_count_tokens_equals_the_prompt_the_engine_reports(gateway: Gateway, shape: dict[str, Any]) -> None:
+    with anthropic.Anthropic(base_url=gateway.url, api_key=KEY, max_retries=0, timeout=60) as client:
+        raw = client.messages.with_raw_response.count_tokens(model=MODEL, **shape)
+        counted = raw.parse().input_tokens
+        answer = client.messages.create(model=MODEL, max_tokens=1, **shape)
+    assert raw.headers["x-gateway-token-count"].startswith("exact; counted by endpoint ")
+    # The engine's prompt_tokens, which Anthropic's usage splits into fresh and cached input.
+    assert counted == answer.usage.input_tokens + (answer.usage.cache_read_input_tokens or 0) > 0

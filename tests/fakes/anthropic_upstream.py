@@ -44,6 +44,15 @@ def _text(content: Any) -> str:
     return " ".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
 
 
+COUNT_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers"})
+
+
+def prompt_tokens(body: dict[str, Any]) -> int:
+    """The fake's tokenizer: words, and 4 for each message's framing."""
+    system = body.get("system")
+    return sum(len(_words(_text(m["content"]))) + 4 for m in body["messages"]) + (len(_words(_text(system))) if system else 0)
+
+
 def problem(body: Any) -> str | None:
     """What the real API would refuse in this body, or None."""
     if not isinstance(body, dict):
@@ -95,6 +104,7 @@ class FakeAnthropicUpstream:
         self.port = sock.getsockname()[1]
         app = web.Application()
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.1)
         await self._runner.setup()
         await web.SockSite(self._runner, sock).start()
@@ -129,11 +139,30 @@ class FakeAnthropicUpstream:
             return web.json_response(message)
         return await self._stream(request, message, blocks, behaviour)
 
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        """The prompt tokens /v1/messages would report for the same body; as strict about fields."""
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        self.requests.append(Received(request.method, request.path, {k.lower(): v for k, v in request.headers.items()}, raw, body))
+        if not request.headers.get("x-api-key"):
+            return error(401, "x-api-key header is required")
+        if not isinstance(body, dict):
+            return error(400, "request body must be a JSON object")
+        extra = sorted(set(body) - COUNT_FIELDS)
+        if extra:
+            return error(400, f"{extra[0]}: Extra inputs are not permitted")
+        wrong = problem({**body, "max_tokens": 1})
+        if wrong:
+            return error(400, wrong)
+        return web.json_response({"input_tokens": prompt_tokens(body)})
+
     def _answer(self, body: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[dict[str, Any], list[str]]]]:
         """The message (without content) and its blocks, each with the pieces it streams in."""
         messages = body["messages"]
-        system = body.get("system")
-        prompt = sum(len(_words(_text(m["content"]))) + 4 for m in messages) + (len(_words(_text(system))) if system else 0)
+        prompt = prompt_tokens(body)
         cached = min(self.cached_tokens, prompt)
         tools = body.get("tools") or []
         choice = body.get("tool_choice") or {"type": "auto"}

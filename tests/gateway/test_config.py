@@ -307,3 +307,8 @@ def test_retry_after_block_limit_is_finite_and_positive() -> None:
     assert load_config(environ={}).retry.max_retry_after_block == 300.0
     assert config_error(retry={"max_retry_after_block": "inf"}).startswith("config error: retry.max_retry_after_block")
     assert config_error(retry={"max_retry_after_block": 0}).startswith("config error: retry.max_retry_after_block")
+
+
+def test_durable_stored_responses_need_persistence() -> None:
+    assert "needs persistence.enabled" in config_error(responses={"durable": True})
+    assert load_config(environ={}, responses={"durable": True}, persistence={"enabled": True}).responses.durable

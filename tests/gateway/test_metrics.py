@@ -116,13 +116,25 @@ def test_series_after_traffic(client: TestClient) -> None:
 
 def test_labels_are_bounded(client: TestClient) -> None:
     traffic(client)
-    allowed = {"endpoint", "model", "provider", "status_class", "error", "kind", "state", "probe", "verdict", "le", "loop"}
+    allowed = {"endpoint", "model", "provider", "api", "status_class", "error", "kind", "state", "probe", "verdict", "le", "loop"}
     for samples in scrape(client).values():
         for s in samples:
             assert set(s.labels) <= allowed, s
             for v in s.labels.values():
                 assert "req-secret" not in v and CONFIG_KEY not in v and "config-key" not in v
                 assert "no-such-model" not in v
+
+
+def test_requests_count_by_the_api_the_client_spoke(client: TestClient) -> None:
+    # Responses and Messages requests are routed as chat; the counter says which API was spoken.
+    assert client.post("/v1/chat/completions", json=CHAT, headers=USER).status_code == 200
+    assert client.post("/v1/responses", json={"model": "m", "input": "hi"}, headers=USER).status_code == 200
+    messages = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    assert client.post("/v1/messages", json=messages, headers={"x-api-key": CONFIG_KEY}).status_code == 200
+    m = scrape(client)
+    p = {"endpoint": "p/m", "model": "m", "provider": "p", "status_class": "2xx"}
+    for api in ("chat", "responses", "messages"):
+        assert value(m, "gateway_requests", "gateway_requests_total", **p, api=api) == 1
 
 
 def test_each_app_has_its_own_registry(tmp_path: Path) -> None:
@@ -170,7 +182,7 @@ def test_sink_binds_labels_once_per_series() -> None:
     for _ in range(3):
         metrics.sink.submit(record(endpoint=None, model="whatever"))
     text = metrics.render().decode()
-    assert 'gateway_requests_total{endpoint="none",model="unknown",provider="none",status_class="2xx"} 3.0' in text
+    assert 'gateway_requests_total{api="chat",endpoint="none",model="unknown",provider="none",status_class="2xx"} 3.0' in text
 
 
 def test_the_grafana_dashboard_uses_only_exported_series(tmp_path: Path) -> None:

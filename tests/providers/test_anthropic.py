@@ -10,7 +10,7 @@ import pytest
 
 from kernel.errors import ProviderRateLimited, ProviderRejected, ProviderServerError, ProviderStreamError
 from providers.anthropic import API_VERSION, DEFAULT_MAX_TOKENS, AnthropicAdapter
-from providers.base import Target
+from providers.base import Target, UpstreamRequest
 
 TARGET = Target("anth-0", "https://anthropic.example/v1", "claude-upstream", "claude", api_key="sk-ant-secret")
 
@@ -183,3 +183,26 @@ def test_errors_map_to_the_gateways() -> None:
     assert isinstance(limited, ProviderRateLimited) and limited.retry_after == 7.0
     rejected = adapter.map_error(TARGET, 400, {}, b'{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"}}')
     assert isinstance(rejected, ProviderRejected) and rejected.client_message() == "prompt is too long"
+
+
+def test_counting_posts_the_messages_body_less_what_count_tokens_refuses() -> None:
+    body = {
+        "model": "claude",
+        "max_tokens": 10,
+        "temperature": 0.5,
+        "stop": ["x"],
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+        "tool_choice": "required",
+    }
+    request = AnthropicAdapter().count_step(TARGET, body, 0, None)
+    assert isinstance(request, UpstreamRequest)
+    assert request.url == TARGET.base_url + "/messages/count_tokens"
+    assert request.headers["anthropic-version"] == "2023-06-01"
+    sent = json.loads(request.body)
+    assert set(sent) == {"model", "messages", "system", "tools", "tool_choice"}
+    assert sent["system"] == "Be brief." and sent["tool_choice"] == {"type": "any"}
+    assert AnthropicAdapter().count_step(TARGET, body, 1, b'{"input_tokens": 42}') == 42
+    for bad in (b"", b"{}", b'{"input_tokens": "42"}', b'{"input_tokens": -1}', b'{"input_tokens": true}'):
+        with pytest.raises(ProviderServerError):
+            AnthropicAdapter().count_step(TARGET, body, 1, bad)

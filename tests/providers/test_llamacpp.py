@@ -463,3 +463,41 @@ async def test_a_failure_on_a_live_replica_is_still_retried_and_reported_as_befo
         await dispatcher_for(refuses).dispatch(chat_context(), Ordering((replica,)))
     assert caught.value.status_code == 502
 
+
+
+# -- prompt counting (POST /apply-template, then POST /tokenize) ---------------------------
+
+
+def test_counting_renders_the_template_then_tokenizes_the_prompt() -> None:
+    body = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "hi"}], "tools": [WEATHER_TOOL]}
+    first = ADAPTER.count_step(TARGET, body, 0, None)
+    assert isinstance(first, UpstreamRequest)
+    assert (first.method, first.url) == ("POST", "http://127.0.0.1:8001/apply-template")
+    sent = orjson.loads(first.body)
+    # The body as a chat request would send it: the engine's model name, the tools, OpenAI's sampling.
+    assert sent["model"] == "smollm2" and sent["tools"] == [WEATHER_TOOL] and sent["messages"] == body["messages"]
+    assert sent["temperature"] == 1.0
+    second = ADAPTER.count_step(TARGET, body, 1, orjson.dumps({"prompt": "<|im_start|>user\nhi<|im_end|>\n"}))
+    assert isinstance(second, UpstreamRequest)
+    assert second.url == "http://127.0.0.1:8001/tokenize"
+    assert orjson.loads(second.body) == {
+        "content": "<|im_start|>user\nhi<|im_end|>\n",
+        "add_special": True,
+        "parse_special": True,
+    }
+    assert ADAPTER.count_step(TARGET, body, 2, orjson.dumps({"tokens": [1, 2, 3, 4, 5]})) == 5
+
+
+def test_counting_a_forced_call_counts_the_prefill_the_engine_would_see() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [WEATHER_TOOL], "tool_choice": "required"}
+    first = BUNDLED.count_step(TARGET, body, 0, None)
+    assert isinstance(first, UpstreamRequest)
+    assert orjson.loads(first.body)["messages"][-1] == {"role": "assistant", "content": "<tool_call>\n"}
+
+
+@pytest.mark.parametrize("answer", [b"", b"not json", b"[]", b'{"prompt": 7}', b'{"other": "x"}'])
+def test_a_count_answer_without_its_field_is_a_server_error(answer: bytes) -> None:
+    with pytest.raises(ProviderServerError, match="prompt"):
+        ADAPTER.count_step(TARGET, {"messages": []}, 1, answer)
+    with pytest.raises(ProviderServerError, match="tokens"):
+        ADAPTER.count_step(TARGET, {"messages": []}, 2, answer.replace(b"prompt", b"tokens"))

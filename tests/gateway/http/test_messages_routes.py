@@ -1,16 +1,29 @@
 """/v1/messages over real sockets: a client that hangs up cancels the upstream work it started and
-is accounted once, as on /v1/chat/completions."""
+is accounted once, as on /v1/chat/completions. /v1/messages/count_tokens with the official SDK:
+exact from a llama-server endpoint of the model (a fake speaking its /apply-template and
+/tokenize), else the gateway's estimate, each saying which."""
 
 from __future__ import annotations
 
 import json
 import socket
 import time
+from collections.abc import Iterator
 
+import anthropic
 import httpx
+import pytest
+from starlette.testclient import TestClient
 
+from gateway.app import create_app
+from gateway.config import load_config
+from gateway.routing.tokens import TokenCounter
+from gateway.translate.anthropic_request import to_chat
+from providers.base import UpstreamRequest
+from providers.http_mock import MockHTTPClient, MockResponse
 from tests.fakes.servers import GatewayServer
 from tests.gateway.http.test_openai_routes import HangingUpstream, served, wait_until
+from tests.gateway.pipeline.test_count import fake_llama_server
 
 __all__ = ["served"]  # the fixture, shared with the chat route's tests
 
@@ -38,3 +51,61 @@ def test_a_messages_client_that_hangs_up_cancels_the_upstream_work(served: tuple
         metrics = http.get("/metrics").text
     gone = [ln for ln in metrics.splitlines() if ln.startswith("gateway_request_errors_total{") and "ClientDisconnected" in ln]
     assert len(gone) == 1 and gone[0].endswith(" 1.0")
+
+
+KEY = "sk-count-tokens-0001"
+COUNT = {"model": "local", "system": "Be brief.", "messages": [{"role": "user", "content": "one two three"}]}
+
+
+def engines(request: UpstreamRequest) -> MockResponse:
+    if request.url.startswith("http://old-engine.test"):  # a llama-server without the routes
+        return MockResponse(404, {"content-type": "application/json"}, b'{"error": {"message": "File Not Found"}}')
+    return fake_llama_server(request)
+
+
+@pytest.fixture
+def sdk() -> Iterator[anthropic.Anthropic]:
+    config = load_config(
+        environ={},
+        auth={"keys": [{"name": "counting", "key": KEY}]},
+        providers=[
+            {"name": "engine", "kind": "llamacpp", "base_url": "http://engine.test:8001/v1"},
+            {"name": "old", "kind": "llamacpp", "base_url": "http://old-engine.test/v1"},
+            {"name": "cloud", "kind": "openai", "base_url": "http://cloud.test/v1"},
+        ],
+        deployments=[
+            {"model": "local", "provider": "engine", "upstream_model": "smollm2"},
+            {"model": "old-local", "provider": "old", "upstream_model": "smollm2"},
+            {"model": "remote", "provider": "cloud", "upstream_model": "gpt"},
+        ],
+    )
+    client = MockHTTPClient(engines)
+    with TestClient(create_app(config, client_factory=lambda: client)) as http:
+        yield anthropic.Anthropic(base_url=str(http.base_url), api_key=KEY, http_client=http, max_retries=0)
+
+
+def estimate(request: dict[str, object]) -> int:
+    chat = to_chat(request, counting=True).body
+    return TokenCounter().count_chat(chat["messages"], chat.get("tools"))
+
+
+def test_count_tokens_is_exact_where_the_engine_counts(sdk: anthropic.Anthropic) -> None:
+    raw = sdk.messages.with_raw_response.count_tokens(**COUNT)  # type: ignore[arg-type]
+    # The fake's template: "<|system|> Be brief. <|end|> <|user|> one two three <|end|>", split on spaces.
+    assert raw.parse().input_tokens == 4 + 5
+    assert raw.headers["x-gateway-token-count"] == "exact; counted by endpoint engine/local"
+
+
+def test_count_tokens_estimates_for_other_upstreams_and_says_so(sdk: anthropic.Anthropic) -> None:
+    request = {**COUNT, "model": "remote"}
+    raw = sdk.messages.with_raw_response.count_tokens(**request)  # type: ignore[arg-type]
+    assert raw.parse().input_tokens == estimate(request)
+    assert raw.headers["x-gateway-token-count"].startswith("estimate; cl100k_base")
+
+
+def test_count_tokens_falls_back_to_the_estimate_when_the_engine_cannot_count(sdk: anthropic.Anthropic) -> None:
+    request = {**COUNT, "model": "old-local"}
+    raw = sdk.messages.with_raw_response.count_tokens(**request)  # type: ignore[arg-type]
+    assert raw.parse().input_tokens == estimate(request)
+    method = raw.headers["x-gateway-token-count"]
+    assert method.startswith("estimate; cl100k_base") and "endpoint old/old-local could not count" in method

@@ -21,6 +21,7 @@ def record(
     latency: float = 0.05,
     overhead_ms: float = 0.1,
     stream: bool = False,
+    api: str | None = "chat",
 ) -> RequestRecord:
     return RequestRecord(
         request_id=request_id,
@@ -39,4 +40,5 @@ def record(
         ttft_s=ttft,
         latency_s=latency,
         overhead_ms=overhead_ms,
+        api=api,
     )

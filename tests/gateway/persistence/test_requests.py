@@ -47,6 +47,13 @@ def test_rows_keep_the_metadata(engine: Engine) -> None:
     assert row["request_body"] is None and row["response_body"] is None  # metadata only by default
 
 
+def test_the_client_api_is_kept_beside_the_routed_op(engine: Engine) -> None:
+    write_batch(engine, [(NOON, record("req_r", api="responses")), (NOON, record("req_m", api="messages"))])
+    with engine.connect() as conn:
+        rows = conn.execute(select(request_log.c.request_id, request_log.c.op, request_log.c.api)).all()
+    assert sorted(map(tuple, rows)) == [("req_m", "chat", "messages"), ("req_r", "chat", "responses")]
+
+
 def test_bodies_are_kept_when_the_record_carries_them(engine: Engine) -> None:
     r = record("req_b")
     r.request_body = {"model": "m", "messages": [{"role": "user", "content": "héllo"}]}

@@ -48,6 +48,9 @@ def test_endpoint_figures_over_a_window(engine: Engine) -> None:
     ]
     batch += [(T0 - 7200, record("old", latency=99.0))]  # outside the window
     batch += [(T0 + 1, record("b1", endpoint="q/m", latency=0.2))]
+    batch += [(T0 + 2, record("b2", endpoint="q/m", latency=0.2, api="responses"))]
+    batch += [(T0 + 3, record("b3", endpoint="q/m", latency=0.2, api="messages"))]
+    batch += [(T0 + 4, record("b4", endpoint="q/m", latency=0.2, api=None))]  # a row from before 0007
     batch += [(T0 + 1, record("none", endpoint=None, status=404, error="ModelNotFound"))]
     write_batch(engine, batch)
 
@@ -64,6 +67,8 @@ def test_endpoint_figures_over_a_window(engine: Engine) -> None:
     assert a["ttft_ms"] == {"p50": 25.0, "p95": 47.5}
     assert figures["q/m"]["latency_ms"] == {"p50": 200.0, "p95": 200.0, "p99": 200.0}
     assert figures["q/m"]["ttft_ms"] is None
+    assert a["requests_by_api"] == {"chat": 101}
+    assert figures["q/m"]["requests_by_api"] == {"chat": 2, "responses": 1, "messages": 1}
 
 
 def test_timeseries_buckets(engine: Engine) -> None:

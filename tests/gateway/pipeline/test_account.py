@@ -77,6 +77,7 @@ def test_record_and_totals() -> None:
         "chat",
     )
     assert (record.stream, record.attempts, record.status, record.ttft_s) == (True, 2, 200, 0.25)
+    assert record.api == "chat"  # a chat client's own API
     assert (record.prompt_tokens, record.cached_tokens, record.completion_tokens) == (1_000, 600, 200)
     assert record.cost_usd == pytest.approx((400 * 2.0 + 600 * 0.5 + 200 * 8.0) / 1_000_000)
     assert record.latency_s == pytest.approx(1.5)
@@ -90,6 +91,15 @@ def test_record_and_totals() -> None:
         200,
     )
     assert totals.cost_usd == pytest.approx(record.cost_usd)
+
+
+def test_a_translated_request_records_the_api_the_client_spoke() -> None:
+    accountant = Accountant({"a/m": PRICE}.get, lambda: 11.5)
+    for api in ("responses", "messages"):
+        c = ctx("a/m", None)
+        c.api = api
+        record = accountant.record(c)
+        assert (record.op, record.api) == ("chat", api)
 
 
 def test_request_that_reached_no_endpoint() -> None:
