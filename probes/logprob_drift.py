@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from probes.base import Effect, Outcome, ProbeContext, ProbeResult
+from probes.base import Effect, Grounds, Outcome, ProbeContext, ProbeResult
 from probes.client import ProbeUnavailable
 from probes.stats.drift import drift_test
 from probes.windowed import Meter, judged, result
@@ -146,12 +146,27 @@ class LogprobDrift:
 
         verdict, outcome = judged(_combine(comparisons, answered), alpha, ctx.settings.health)
         details: dict[str, Any] = {"top_logprobs": k, "reference_tokens": reference_tokens}
+        golden_p = comparisons["golden"].p_value if "golden" in comparisons else None
+        if golden_p is not None:
+            details["self_p_value"] = golden_p  # the golden window's own test: valid on any engine
         if golden is None:
             details["golden"] = (
                 "frozen now: later runs test against this window" if complete
                 else "not frozen: too few answers; the next run tries again"
             )
-        return result(self, verdict, outcome, spent, alpha, **details)
+        return result(self, verdict, outcome, spent, alpha, grounds=grounds(verdict, comparisons, alpha), **details)
+
+
+def grounds(verdict: str, comparisons: Mapping[str, Outcome], alpha: float) -> Grounds:
+    """"reference" when a failure rests on the reference comparison alone: the golden window
+    (the endpoint's own past) did not reject at its Bonferroni share of alpha, or there is none."""
+    if verdict != "fail":
+        return "self"
+    tested = [o for o in comparisons.values() if o.p_value is not None]
+    golden = comparisons.get("golden")
+    if golden is not None and golden.p_value is not None and len(tested) * golden.p_value <= alpha:
+        return "self"
+    return "reference" if "reference" in comparisons else "self"
 
 
 def _combine(comparisons: Mapping[str, Outcome], answered: int) -> Outcome:

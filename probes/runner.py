@@ -80,6 +80,7 @@ def result_json(r: ProbeResult, *, confirm: bool) -> dict[str, Any]:
         "requests": r.requests,
         "errors": r.errors,
         "effect": r.effect,
+        "grounds": r.grounds,
         "confirm": confirm,
         "details": _plain(r.details or {}),
     }
@@ -312,6 +313,7 @@ class ProbeRunner:
             p_value=result.p_value, e_value=result.e_value, reference_samples=result.reference_samples,
             tokens_spent=max(result.tokens_spent, spent), details=details, effect=result.effect,
             requests=max(result.requests, requests), errors=max(result.errors, client.errors),
+            grounds=result.grounds,
         )
 
     async def _decide(self, endpoint: Endpoint, results: list[ProbeResult], *, confirm: bool, trigger: str) -> Decision:
@@ -337,7 +339,7 @@ class ProbeRunner:
             "run_id": run_id,
             "cusum": dict(decision.evidence.cusum),
             "results": [{"probe": r.probe, "verdict": r.verdict, "p_value": r.p_value, "e_value": r.e_value,
-                         "statistic": r.statistic, "effect": r.effect} for r in results],
+                         "statistic": r.statistic, "effect": r.effect, "grounds": r.grounds} for r in results],
         }
         t = await self.health.transition(endpoint.id, decision.to_state, source="probe", reason=decision.reason,
                                          at=self.wall(), score=decision.score, evidence=evidence)

@@ -3,9 +3,9 @@ import json
 import numpy as np
 import pytest
 
-from probes.base import ProbeContext
+from probes.base import Outcome, ProbeContext
 from probes.baselines import MemoryBaselines
-from probes.logprob_drift import LogprobDrift, first_token, truncate
+from probes.logprob_drift import LogprobDrift, first_token, grounds, truncate
 from probes.settings import DriftSettings, ProbeSettings
 from probes.testbed.harness import EndpointSpec, Testbed
 from tests.fakes.catalog import make_endpoint
@@ -199,3 +199,15 @@ async def test_live_drift_passes_honest_and_fails_requantized_and_substituted(te
             assert swapped.details["comparisons"]["reference"]["p_value"] <= 0.01
     finally:
         testbed.clear_fault("target")
+
+
+def test_a_failure_rests_on_the_reference_alone_unless_the_golden_window_rejects_too() -> None:
+    golden_ok, golden_bad = Outcome(0.1, p_value=0.4), Outcome(0.9, p_value=0.001)
+    ref_bad = Outcome(0.7, p_value=5e-05)
+    assert grounds("fail", {"golden": golden_ok, "reference": ref_bad}, 0.05) == "reference"
+    assert grounds("fail", {"reference": ref_bad}, 0.05) == "reference"  # no golden window yet
+    assert grounds("fail", {"golden": golden_bad, "reference": ref_bad}, 0.05) == "self"
+    # The golden test counts at its Bonferroni share: 2 x 0.03 > 0.05.
+    assert grounds("fail", {"golden": Outcome(0.5, p_value=0.03), "reference": ref_bad}, 0.05) == "reference"
+    assert grounds("fail", {"golden": golden_bad}, 0.05) == "self"
+    assert grounds("pass", {"golden": golden_ok, "reference": Outcome(0.1, p_value=0.5)}, 0.05) == "self"
