@@ -12,6 +12,7 @@ from kernel.clock import Clock
 from probes.baselines import BaselineStore, MemoryBaselines
 from probes.budget import ProbeBudget
 from probes.evidence import EvidenceStore
+from probes.fleet import FleetLedger
 from probes.registry import ProbeRegistry
 from probes.runner import ProbeRunner, make_client_factory
 from probes.scheduler import SCHEDULER_LIMIT_S, ProbeScheduler
@@ -49,6 +50,9 @@ def build_runner(state: AppState, *, registry: ProbeRegistry | None = None) -> P
         wall=wall,
         persistence=runs,
         metrics=state.metrics,
+        # Demotions across the fleet under e-BH at probes.fleet.alpha (n: every endpoint in the catalog).
+        fleet=FleetLedger(state.shared.store, settings.fleet, lambda: len(state.catalog.endpoints))
+        if settings.fleet.enabled else None,
     )
 
 

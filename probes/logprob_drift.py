@@ -146,9 +146,8 @@ class LogprobDrift:
 
         verdict, outcome = judged(_combine(comparisons, answered), alpha, ctx.settings.health)
         details: dict[str, Any] = {"top_logprobs": k, "reference_tokens": reference_tokens}
-        golden_p = comparisons["golden"].p_value if "golden" in comparisons else None
-        if golden_p is not None:
-            details["self_p_value"] = golden_p  # the golden window's own test: valid on any engine
+        # The golden window's own test (None without one): valid whichever engine serves the model.
+        details["self_p_value"] = comparisons["golden"].p_value if "golden" in comparisons else None
         if golden is None:
             details["golden"] = (
                 "frozen now: later runs test against this window" if complete

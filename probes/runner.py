@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -29,7 +29,8 @@ from probes.baselines import BaselineStore
 from probes.budget import BudgetExhausted, ProbeBudget
 from probes.client import ProbeClient, ProbeUnavailable, UserShape
 from probes.evidence import EvidenceState, EvidenceStore
-from probes.policy import Decision, decide
+from probes.fleet import FleetLedger
+from probes.policy import Decision, decide, score_for
 from probes.registry import ProbeMissing, ProbeRegistry
 from probes.settings import ProbeSettings
 from probes.template_check import TemplateCheck
@@ -168,6 +169,7 @@ class ProbeRunner:
         rng: np.random.Generator | None = None,
         persistence: ProbeRunStore | None = None,
         metrics: ProbeMetrics | None = None,
+        fleet: FleetLedger | None = None,
     ) -> None:
         self.catalog = catalog
         self.health = health
@@ -180,6 +182,8 @@ class ProbeRunner:
         self.rng = rng or np.random.default_rng(settings.seed)
         self.persistence = persistence
         self.metrics = metrics
+        # Gates demotions by e-BH over the fleet's round (probes.fleet); None: no fleet gate.
+        self.fleet = fleet
 
     def reference_for(self, endpoint: Endpoint) -> Endpoint | None:
         """The configured reference of the endpoint's model, else a local engine serving it; never itself."""
@@ -243,6 +247,8 @@ class ProbeRunner:
                 self.metrics.probe_outcome(endpoint.id, result.probe, result.verdict)
             emit({"event": "result", "endpoint": endpoint.id, **result_json(result, confirm=confirm)})
         decision = await self._decide(endpoint, results, confirm=confirm, trigger=trigger)
+        if self.fleet is not None:
+            decision = await self._fleet_gate(self.fleet, endpoint, decision, results, confirm=confirm, trigger=trigger)
         rnd = RoundReport(confirm, results, decision, run_id if isinstance(run_id, int) else None)
         rnd.transition = await self._apply(endpoint, decision, results, rnd.run_id)
         if rnd.transition is not None:
@@ -329,6 +335,34 @@ class ProbeRunner:
         except StoreUnavailable as exc:
             log.warning("probes: could not store the evidence of %s: %s", endpoint.id, exc)
         return decision
+
+    async def _fleet_gate(
+        self, fleet: FleetLedger, endpoint: Endpoint, decision: Decision, results: list[ProbeResult], *,
+        confirm: bool, trigger: str,
+    ) -> Decision:
+        """Record a fresh round's evidence (an audit's or a confirmatory round's) in the fleet's round,
+        and let a proposed demotion through only when the fleet's e-BH rejects this endpoint; held
+        back, the endpoint stays SUSPECT (or on probation) and a confirmatory round is asked for."""
+        state = self.health.state(endpoint.id)
+        try:
+            if confirm or trigger != "schedule":
+                await fleet.record(endpoint.id, results, now=self.wall())
+            if decision.to_state != "demoted" or state == "demoted":
+                return decision
+            if any(r.verdict == "fail" and r.effect == "demote" for r in results):
+                return replace(decision, reason=f"{decision.reason} (a hard rule: not gated by the fleet's e-BH)")
+            gate = await fleet.gate(endpoint.id, now=self.wall())
+        except StoreUnavailable as exc:  # the policy's own rules still stand
+            log.warning("probes: the fleet's round is unavailable (%s); %s is decided on its own", exc, endpoint.id)
+            return decision
+        if gate.allowed:
+            return replace(decision, reason=f"{decision.reason}; {gate.describe()}")
+        hold = "suspect" if state in ("healthy", "suspect") else state
+        again = () if confirm else (
+            decision.evidence.suspects or tuple(dict.fromkeys(r.probe for r in results if r.verdict == "fail")))
+        return Decision(None if hold == state else hold, decision.evidence,
+                        f"{decision.reason}; {gate.describe()}: {hold}, not demoted",
+                        None if hold == state else score_for(hold, self.settings.health), again)
 
     async def _apply(
         self, endpoint: Endpoint, decision: Decision, results: list[ProbeResult], run_id: int | None

@@ -100,6 +100,16 @@ class HealthSettings(Frozen):
     tool_cusum_h: float = Field(5.0, gt=0)
 
 
+class FleetSettings(Frozen):
+    """False discovery control over the fleet (probes.fleet): a demotion happens only when e-BH at
+    `alpha` over every endpoint's e-value of the current audit round rejects that endpoint."""
+
+    enabled: bool = True
+    alpha: float = Field(0.1, gt=0, lt=1)  # the FDR bound over the demotions of one round
+    round_seconds: float = Field(86_400.0, gt=0)  # one audit round (UTC-aligned)
+    kappa: float = Field(0.5, gt=0, lt=1)  # the p-to-e calibrator kappa * p^(kappa - 1)
+
+
 class ToolMonitorSettings(Frozen):
     """The passive tool-call monitor: live responses checked against the clients' own schemas
     (untrusted input, checked in a worker process) are evidence that can only start an active run
@@ -153,4 +163,5 @@ class ProbeSettings(Frozen):
     agent: AgentSettings = AgentSettings()
     sentinels: SentinelSettings = SentinelSettings()
     health: HealthSettings = HealthSettings()
+    fleet: FleetSettings = FleetSettings()
     tool_monitor: ToolMonitorSettings = ToolMonitorSettings()
