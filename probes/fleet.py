@@ -64,8 +64,10 @@ class Gate:
 
     def describe(self) -> str:
         verb = "admits it" if self.allowed else "holds it back"
-        return (f"the fleet's e-BH at FDR {self.ebh.alpha:g} over {self.ebh.n} endpoints {verb}: e = {self.e_value:.3g}"
-                f" {'>=' if self.allowed else '<'} {self.ebh.threshold:.3g}")
+        return (
+            f"the fleet's e-BH at FDR {self.ebh.alpha:g} over {self.ebh.n} endpoints {verb}: e = {self.e_value:.3g}"
+            f" {'>=' if self.allowed else '<'} {self.ebh.threshold:.3g}"
+        )
 
 
 class FleetLedger:
@@ -83,8 +85,12 @@ class FleetLedger:
     async def _load(self, now: float) -> dict[str, Any]:
         raw = await self._kv.kv_get(f"{self._prefix}{self.round_of(now)}")
         data: dict[str, Any] = json.loads(raw) if raw else {}
-        return {"e": dict(data.get("e") or {}), "proposed": list(data.get("proposed") or []),
-                "demoted": list(data.get("demoted") or []), "held": list(data.get("held") or [])}
+        return {
+            "e": dict(data.get("e") or {}),
+            "proposed": list(data.get("proposed") or []),
+            "demoted": list(data.get("demoted") or []),
+            "held": list(data.get("held") or []),
+        }
 
     async def _save(self, now: float, data: Mapping[str, Any]) -> None:
         key = f"{self._prefix}{self.round_of(now)}"
@@ -134,8 +140,16 @@ class FleetLedger:
             "demoted": len(data["demoted"]),
             "held": len(data["held"]),
             "endpoints": sorted(
-                ({"endpoint": ep, "e_value": e, "proposed": ep in data["proposed"], "demoted": ep in data["demoted"],
-                  "held": ep in data["held"]} for ep, e in data["e"].items()),
+                (
+                    {
+                        "endpoint": ep,
+                        "e_value": e,
+                        "proposed": ep in data["proposed"],
+                        "demoted": ep in data["demoted"],
+                        "held": ep in data["held"],
+                    }
+                    for ep, e in data["e"].items()
+                ),
                 key=lambda row: (-row["e_value"], row["endpoint"]),
             ),
         }

@@ -31,6 +31,17 @@ class DistributionSettings(Frozen):
     permutations: int = Field(1000, ge=50)
 
 
+class TrafficSettings(Frozen):
+    """Probe requests shaped like users' (probes.traffic), where the probe's statistic allows it."""
+
+    user_like: bool = True  # draw the fidelity probe's conversation from the pool (else `fidelity.prompt`)
+    system_share: float = Field(0.7, ge=0, le=1)  # requests with a system prompt
+    history_share: float = Field(0.4, ge=0, le=1)  # ...with earlier turns
+    tools_share: float = Field(0.2, ge=0, le=1)  # ...with tool definitions
+    # Extra max_tokens, drawn in [0, n], on requests of which only the first token is read.
+    max_tokens_jitter: int = Field(6, ge=0)
+
+
 class FidelitySettings(Frozen):
     """Sampled one-token continuations vs the distribution the endpoint's own logprobs imply."""
 
@@ -159,6 +170,7 @@ class ProbeSettings(Frozen):
     drift: DriftSettings = DriftSettings()
     distribution: DistributionSettings = DistributionSettings()
     fidelity: FidelitySettings = FidelitySettings()
+    traffic: TrafficSettings = TrafficSettings()
     toolcalls: ToolCallSettings = ToolCallSettings()
     agent: AgentSettings = AgentSettings()
     sentinels: SentinelSettings = SentinelSettings()

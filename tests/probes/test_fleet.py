@@ -26,8 +26,7 @@ def test_a_result_s_e_value_is_its_own_grounds_p_value_calibrated() -> None:
     # A comparison with the reference alone is no evidence against an honest endpoint on another engine.
     assert result_e(res(p=1e-9, grounds="reference"), 0.5) == 1.0
     # Drift names its golden window's p-value; the combined (reference) one is not used.
-    drift = ProbeResult("logprob_drift", "fail", 10, p_value=1e-9, grounds="reference",
-                        details={"self_p_value": 0.25})
+    drift = ProbeResult("logprob_drift", "fail", 10, p_value=1e-9, grounds="reference", details={"self_p_value": 0.25})
     assert result_e(drift, 0.5) == 1.0
     assert result_e(ProbeResult("logprob_drift", "pass", 10, p_value=0.01, details={"self_p_value": None}), 0.5) == 1.0
     assert result_e(res("error", p=None), 0.5) == result_e(res("inconclusive", p=0.0), 0.5) == 1.0
@@ -64,8 +63,9 @@ async def test_the_runner_holds_back_a_demotion_the_fleet_does_not_admit() -> No
     for fleet, expected in ((10, "demoted"), (100_000, "suspect")):
         script = Script({"logprob_drift": ["fail"], "distribution": ["fail"]})
         runner, health, clock = make_runner(script)
-        runner.fleet = FleetLedger(MemoryStore(clock), FleetSettings(alpha=0.1), lambda n=fleet: n,
-                                   prefix=f"t-fleet-{fleet}:")
+        runner.fleet = FleetLedger(
+            MemoryStore(clock), FleetSettings(alpha=0.1), lambda n=fleet: n, prefix=f"t-fleet-{fleet}:"
+        )
         report = await runner.run(A.id, ["logprob_drift"], trigger="manual")
         assert health.state(A.id) == expected, report.rounds[-1].decision.reason
         reason = report.rounds[-1].decision.reason

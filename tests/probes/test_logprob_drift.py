@@ -55,7 +55,11 @@ async def test_first_run_freezes_the_golden_window():
     assert result.requests == 4 * 6
     assert seen[-1] == (24, 24)
     body = ctx.client.bodies[0]
-    assert (body["max_tokens"], body["temperature"], body["top_logprobs"]) == (1, 0, 5)
+    assert (body["temperature"], body["top_logprobs"]) == (0, 5)
+    # max_tokens is jittered like a user's (only the first token is read); temperature never is.
+    budgets = {b["max_tokens"] for b in ctx.client.bodies}
+    assert len(budgets) > 1 and budgets <= set(range(1, SETTINGS.traffic.max_tokens_jitter + 2))
+    assert {b["temperature"] for b in ctx.client.bodies} == {0}
     golden = await baselines.get("prov/m", "logprob_drift", "golden:k5")
     assert golden is not None and len(golden["window"]["x"]) == 6
     assert "frozen" in result.details["golden"]
@@ -74,11 +78,12 @@ async def test_honest_endpoint_passes_against_its_golden():
 async def test_changed_weights_fail_against_the_golden():
     baselines = MemoryBaselines()
     await LogprobDrift().run(_ctx(ToyModel(noise=0.02, seed=1), baselines=baselines))
-    result = await LogprobDrift().run(_ctx(ToyModel(shift=0.3, noise=0.02, seed=2), baselines=baselines))
+    ctx = _ctx(ToyModel(shift=0.3, noise=0.02, seed=2), baselines=baselines)
+    result = await LogprobDrift().run(ctx)
     assert result.verdict == "fail"
     assert result.e_value == 10.5
     assert result.statistic > 0.05
-    assert result.tokens_spent == 24 * 11
+    assert result.tokens_spent == 24 * 10 + sum(b["max_tokens"] for b in ctx.client.bodies)
     json.dumps(result.details)  # stored as JSON
 
 
@@ -86,9 +91,11 @@ async def test_reference_comparison_on_the_first_run():
     honest = await LogprobDrift().run(_ctx(ToyModel(), reference=ToyModel()))
     assert honest.verdict == "pass"
     assert honest.details["comparisons"]["reference"]["statistic"] == pytest.approx(0.0, abs=1e-12)
-    swapped = await LogprobDrift().run(_ctx(ToyModel("other"), reference=ToyModel()))
+    ctx = _ctx(ToyModel("other"), reference=ToyModel())
+    swapped = await LogprobDrift().run(ctx)
     assert swapped.verdict == "fail"
-    assert swapped.details["reference_tokens"] == 24 * 11
+    assert swapped.grounds == "reference"  # no golden window yet: the reference comparison alone
+    assert swapped.details["reference_tokens"] == 24 * 10 + sum(b["max_tokens"] for b in ctx.reference.bodies)
 
 
 async def test_a_reference_with_a_smaller_top_k_is_compared_at_its_k():

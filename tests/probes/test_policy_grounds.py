@@ -14,8 +14,15 @@ S = HealthSettings(demoted_min_seconds=3600, probation_seconds=7200, clean_windo
 NOW = 100_000.0
 
 
-def r(probe: str, verdict: Verdict, effect: Effect = "evidence", *, grounds: Grounds = "self",
-      p: float | None = None, e: float | None = None) -> ProbeResult:
+def r(
+    probe: str,
+    verdict: Verdict,
+    effect: Effect = "evidence",
+    *,
+    grounds: Grounds = "self",
+    p: float | None = None,
+    e: float | None = None,
+) -> ProbeResult:
     return ProbeResult(probe=probe, verdict=verdict, samples=10, p_value=p, e_value=e, effect=effect, grounds=grounds)
 
 
@@ -39,8 +46,15 @@ def test_a_reference_only_failure_raises_suspect() -> None:
 def test_a_reference_only_failure_of_the_confirmatory_re_run_keeps_it_suspect_not_demoted() -> None:
     """The issue's honest endpoints: drift and distribution fail against the reference, fidelity passes."""
     suspect = EvidenceState({"logprob_drift": 10.5}, suspects=("logprob_drift",))
-    d = decide(at("suspect"), suspect, [DRIFT_REF, DIST_REF, FIDELITY_PASS], confirm=True, now=NOW, settings=S,
-               trigger="manual")
+    d = decide(
+        at("suspect"),
+        suspect,
+        [DRIFT_REF, DIST_REF, FIDELITY_PASS],
+        confirm=True,
+        now=NOW,
+        settings=S,
+        trigger="manual",
+    )
     assert d.to_state is None, d.reason  # stays SUSPECT
     assert "reference disagreement alone" in d.reason and "not demoted" in d.reason
     assert "logprob_drift fail (p=5e-05, against the reference)" in d.reason
@@ -51,8 +65,15 @@ def test_a_reference_only_failure_of_the_confirmatory_re_run_keeps_it_suspect_no
 
 def test_reference_and_an_independent_confirmation_demote_and_the_reason_names_both() -> None:
     suspect = EvidenceState({"logprob_drift": 10.5}, suspects=("logprob_drift",))
-    d = decide(at("suspect"), suspect, [DRIFT_REF, DIST_REF, FIDELITY_FAIL], confirm=True, now=NOW, settings=S,
-               trigger="manual")
+    d = decide(
+        at("suspect"),
+        suspect,
+        [DRIFT_REF, DIST_REF, FIDELITY_FAIL],
+        confirm=True,
+        now=NOW,
+        settings=S,
+        trigger="manual",
+    )
     assert d.to_state == "demoted", d.reason
     assert "logprob_drift fail (p=5e-05, against the reference)" in d.reason
     assert "confirmed independently by fidelity fail (p=4e-18)" in d.reason
@@ -74,8 +95,14 @@ def test_reference_only_e_cusum_past_demote_e_stays_suspect() -> None:
     d = decide(at("suspect"), ev, [DRIFT_REF], confirm=False, now=NOW, settings=S)
     assert d.to_state is None and "reference disagreement alone" in d.reason, d.reason
     assert "logprob_drift e-CUSUM 7.35e+03" in d.reason and d.evidence.cusum == {}
-    grounded = decide(at("suspect"), EvidenceState({"logprob_drift": 700.0}, grounded=("logprob_drift",)),
-                      [DRIFT_REF], confirm=False, now=NOW, settings=S)
+    grounded = decide(
+        at("suspect"),
+        EvidenceState({"logprob_drift": 700.0}, grounded=("logprob_drift",)),
+        [DRIFT_REF],
+        confirm=False,
+        now=NOW,
+        settings=S,
+    )
     assert grounded.to_state == "demoted", grounded.reason
     assert "confirmed independently by logprob_drift e-CUSUM" in grounded.reason
 
@@ -97,16 +124,24 @@ def test_a_reference_only_usage_mismatch_is_not_a_confirmation_of_itself() -> No
     assert d.to_state == "suspect"
     again = decide(at("suspect"), d.evidence, [usage], confirm=True, now=NOW, settings=S)
     assert again.to_state is None and "reference disagreement alone" in again.reason
-    hard = decide(at("suspect"), d.evidence, [usage, r("toolcalls", "fail", "demote")], confirm=True, now=NOW,
-                  settings=S)
+    hard = decide(
+        at("suspect"), d.evidence, [usage, r("toolcalls", "fail", "demote")], confirm=True, now=NOW, settings=S
+    )
     assert hard.to_state == "demoted" and "confirmed independently by toolcalls fail" in hard.reason
 
 
 def test_on_probation_a_reference_only_alarm_keeps_it_on_probation() -> None:
     d = decide(at("probation", ago=10), EvidenceState(), [DIST_REF], confirm=False, now=NOW, settings=S)
     assert d.to_state is None and "not demoted on distribution fail" in d.reason, d.reason
-    worse = decide(at("probation", ago=10), EvidenceState(), [DIST_REF, FIDELITY_FAIL], confirm=False, now=NOW,
-                   settings=S, trigger="manual")
+    worse = decide(
+        at("probation", ago=10),
+        EvidenceState(),
+        [DIST_REF, FIDELITY_FAIL],
+        confirm=False,
+        now=NOW,
+        settings=S,
+        trigger="manual",
+    )
     assert worse.to_state == "demoted"
 
 
@@ -116,18 +151,27 @@ def test_the_way_back_still_works_while_the_reference_disagrees() -> None:
     ev = EvidenceState()
     first = decide(at("demoted", ago=7200), ev, [DRIFT_REF, FIDELITY_PASS], confirm=False, now=NOW, settings=S)
     assert first.to_state is None and "clean round 1/2" in first.reason and "reference disagreement" in first.reason
-    second = decide(at("demoted", ago=7200), first.evidence, [DRIFT_REF, FIDELITY_PASS], confirm=False, now=NOW,
-                    settings=S)
+    second = decide(
+        at("demoted", ago=7200), first.evidence, [DRIFT_REF, FIDELITY_PASS], confirm=False, now=NOW, settings=S
+    )
     assert second.to_state == "probation", second.reason
-    stays = decide(at("probation", ago=10), second.evidence, [DRIFT_REF, FIDELITY_PASS], confirm=False, now=NOW,
-                   settings=S)
+    stays = decide(
+        at("probation", ago=10), second.evidence, [DRIFT_REF, FIDELITY_PASS], confirm=False, now=NOW, settings=S
+    )
     assert stays.to_state is None
-    back = decide(at("probation", ago=7200), stays.evidence, [DRIFT_REF, FIDELITY_PASS], confirm=False, now=NOW,
-                  settings=S)
+    back = decide(
+        at("probation", ago=7200), stays.evidence, [DRIFT_REF, FIDELITY_PASS], confirm=False, now=NOW, settings=S
+    )
     assert back.to_state == "healthy", back.reason
     # A failure on its own grounds still holds it demoted.
-    held = decide(at("demoted", ago=7200), EvidenceState(clean_rounds=1), [DRIFT_REF, FIDELITY_FAIL], confirm=False,
-                  now=NOW, settings=S)
+    held = decide(
+        at("demoted", ago=7200),
+        EvidenceState(clean_rounds=1),
+        [DRIFT_REF, FIDELITY_FAIL],
+        confirm=False,
+        now=NOW,
+        settings=S,
+    )
     assert held.to_state is None and "still failing" in held.reason and held.evidence.clean_rounds == 0
 
 

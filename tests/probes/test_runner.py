@@ -16,7 +16,7 @@ from gateway.catalog import Endpoint
 from gateway.health_states import HealthStates
 from gateway.state_store.memory import MemoryStore
 from kernel.health import Transition
-from probes.base import Grounds, Effect, ProbeContext, ProbeResult, Verdict
+from probes.base import Effect, Grounds, ProbeContext, ProbeResult, Verdict
 from probes.baselines import MemoryBaselines
 from probes.budget import BudgetExhausted
 from probes.client import ProbeUnavailable
