@@ -5,6 +5,8 @@ model's reference, never the endpoint itself), run the applicable probes one aft
 turn upstream failures and a spent budget into "error" results (availability evidence), store
 the run, apply `probes.policy.decide` through `HealthStates.transition` (whose sinks publish and
 persist it, like a manual demotion), and run the confirmatory round at once when the decision asks for one.
+With a `probes.fleet.FleetLedger`, a proposed demotion also needs the fleet's e-BH over the audit
+round to reject the endpoint (false discovery control across endpoints); held back, it stays suspect.
 
 Progress goes to an `emit` callback as dicts: started, progress, result, transition, finished.
 """

@@ -98,7 +98,9 @@ class SentinelsProbe:
             requests=mine.requests,
             errors=mine.errors,
             # Counts unequal to the reference's alone: another engine's template can do that.
-            grounds="reference" if ref is not None and verdict == "fail" and set(findings) <= REFERENCE_FINDINGS
+            grounds="reference"
+            if ref is not None and verdict == "fail" and not truncation and findings
+            and set(findings) <= REFERENCE_FINDINGS
             else "self",
             details={
                 "findings": findings,
