@@ -18,6 +18,7 @@ from probes.baselines import BaselineStore, MemoryBaselines
 from probes.budget import ProbeBudget
 from probes.client import UserShape
 from probes.evidence import EvidenceStore
+from probes.fleet import FleetLedger
 from probes.registry import ProbeRegistry
 from probes.runner import ProbeRunner, make_client_factory
 from probes.scheduler import SCHEDULER_LIMIT_S, ProbeScheduler
@@ -67,6 +68,8 @@ def build_runner(
         wall=wall,
         persistence=runs,
         metrics=metrics,
+        # Demotions across the fleet under e-BH at probes.fleet.alpha (n: every endpoint in the catalog).
+        fleet=FleetLedger(store, settings.fleet, lambda: len(catalog.endpoints)) if settings.fleet.enabled else None,
     )
 
 

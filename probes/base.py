@@ -27,6 +27,13 @@ Verdict = Literal["pass", "fail", "inconclusive", "error"]
 #   demote    a hard rule (truncation, schema accuracy far below the reference): a failure demotes
 Effect = Literal["evidence", "confirm", "suspect", "demote"]
 
+# What a failure rests on (see probes.policy, "self-history first"):
+#   self       the endpoint against itself (its golden window, its own logprobs, its own baseline)
+#              or an absolute property (tool-call accuracy, truncation): valid on any engine
+#   reference  only a disagreement with the reference engine: another correct engine can fail it
+#              (kernels, accumulation order, templates), so alone it raises SUSPECT, never DEMOTED
+Grounds = Literal["self", "reference"]
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -55,11 +62,12 @@ class ProbeResult:
     requests: int = 0
     # Upstream errors seen while sampling: availability evidence, never quality evidence.
     errors: int = 0
+    grounds: Grounds = "self"
 
     @classmethod
     def of(
         cls, probe: str, verdict: Verdict, outcome: Outcome, *, effect: Effect, tokens: int = 0, requests: int = 0,
-        errors: int = 0, **details: Any,
+        errors: int = 0, grounds: Grounds = "self", **details: Any,
     ) -> ProbeResult:
         return cls(
             probe=probe,
@@ -74,6 +82,7 @@ class ProbeResult:
             effect=effect,
             requests=requests,
             errors=errors,
+            grounds=grounds,
         )
 
 

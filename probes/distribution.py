@@ -162,8 +162,9 @@ class Distribution:
             max_chars=settings.max_chars, permutations=confirm_permutations(settings.permutations, alpha, ctx.confirm), rng=ctx.rng,
         )
         verdict, outcome = judged(outcome, alpha, ctx.settings.health)
+        # Against the reference a different engine may fail it (self-history first, probes.policy).
         return result(
-            self, verdict, outcome, spent, alpha,
+            self, verdict, outcome, spent, alpha, grounds="reference" if comparison == "reference" else "self",
             comparison=comparison, reference_frozen_now=frozen_now,
             template_mismatches=template_mismatches(sample, dict(reference_pool)),
             mean_chars=round(sum(map(len, sample["texts"])) / len(sample["texts"]), 1),

@@ -26,6 +26,9 @@ class EvidenceState:
     clean_rounds: int = 0
     # The probes whose alarms made the endpoint suspect: what the confirmatory round re-runs.
     suspects: tuple[str, ...] = ()
+    # Probes whose e-CUSUM run (since it last fell to 1) holds a failure on their own grounds
+    # (probes.base.Grounds); the others' alarms rest on reference disagreement alone.
+    grounded: tuple[str, ...] = ()
     # Availability evidence: upstream errors seen while probing (never quality evidence).
     errors: int = 0
     last_error: str = ""
@@ -37,7 +40,7 @@ class EvidenceState:
 
     def reset(self) -> EvidenceState:
         """Forget the quality evidence (after a confirmatory pass, or on entering probation)."""
-        return replace(self, cusum={}, clean_rounds=0, suspects=())
+        return replace(self, cusum={}, clean_rounds=0, suspects=(), grounded=())
 
     def to_json(self) -> str:
         return json.dumps(
@@ -45,6 +48,7 @@ class EvidenceState:
                 "cusum": dict(self.cusum),
                 "clean_rounds": self.clean_rounds,
                 "suspects": list(self.suspects),
+                "grounded": list(self.grounded),
                 "errors": self.errors,
                 "last_error": self.last_error,
                 "updated": self.updated,
@@ -59,6 +63,7 @@ class EvidenceState:
             cusum={str(k): float(v) for k, v in (data.get("cusum") or {}).items()},
             clean_rounds=int(data.get("clean_rounds", 0)),
             suspects=tuple(str(s) for s in data.get("suspects") or ()),
+            grounded=tuple(str(s) for s in data.get("grounded") or ()),
             errors=int(data.get("errors", 0)),
             last_error=str(data.get("last_error", "")),
             updated=float(data.get("updated", 0.0)),

@@ -11,6 +11,7 @@ from probes.base import Effect, Outcome, ProbeContext, ProbeResult
 from probes.client import ProbeUnavailable
 from probes.logprob_drift import first_token, logprobs_reason
 from probes.stats.fidelity import fidelity_test
+from probes.traffic import conversation, first_token_budget
 from probes.windowed import Meter, judged, result
 
 if TYPE_CHECKING:
@@ -22,12 +23,15 @@ class Chat(Protocol):
 
 
 async def sample_token(
-    client: Chat, prompt: str, *, temperature: float, top_logprobs: int, seed: int
+    client: Chat, prompt: str | dict[str, Any], *, temperature: float, top_logprobs: int, seed: int,
+    max_tokens: int = 1,
 ) -> tuple[str | None, dict[str, float]]:
-    """One sampled first token of the answer to `prompt`, and that position's top logprobs."""
+    """One sampled first token of the answer to `prompt` (a user message, or a request's
+    `messages` and `tools`), and that position's top logprobs; `max_tokens` does not change it."""
+    frame = {"messages": [{"role": "user", "content": prompt}]} if isinstance(prompt, str) else prompt
     body = {
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": 1,
+        **frame,
+        "max_tokens": max_tokens,
         "temperature": temperature,
         "top_p": 1,
         "logprobs": True,
@@ -58,11 +62,16 @@ class Fidelity:
         tops: list[dict[str, float]] = []
         errors = 0
         meter = Meter(ctx, settings.samples)
+        traffic = ctx.settings.traffic
+        # One conversation a round (the χ² is over samples of one distribution), drawn from the
+        # user-like pool, so that no fixed prompt marks the probe; the temperature stays as set.
+        frame: str | dict[str, Any] = conversation(ctx.rng, traffic) if traffic.user_like else settings.prompt
         for _ in range(settings.samples):
             seed = int(ctx.rng.integers(2**31))
             try:
                 token, top = await sample_token(
-                    ctx.client, settings.prompt, temperature=settings.temperature, top_logprobs=k, seed=seed
+                    ctx.client, frame, temperature=settings.temperature, top_logprobs=k, seed=seed,
+                    max_tokens=first_token_budget(ctx.rng, traffic),
                 )
             except ProbeUnavailable:
                 errors += 1
@@ -79,5 +88,5 @@ class Fidelity:
         verdict, outcome = judged(fidelity_test(counts, tops[0], settings.temperature), alpha, ctx.settings.health)
         return result(
             self, verdict, outcome, spent, alpha,
-            top_logprobs=k, logprob_spread=round(logprob_spread(tops), 6),
+            top_logprobs=k, logprob_spread=round(logprob_spread(tops), 6), conversation=frame,
         )

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from probes.base import Effect, Outcome, ProbeContext, ProbeResult
+from probes.base import Effect, Grounds, Outcome, ProbeContext, ProbeResult
 from probes.client import ProbeUnavailable
 from probes.stats.drift import drift_test
+from probes.traffic import first_token_budget
 from probes.windowed import Meter, judged, result
 
 if TYPE_CHECKING:
@@ -51,9 +53,12 @@ def first_token(response: Mapping[str, Any]) -> tuple[str | None, dict[str, floa
 
 
 async def sample_window(
-    client: ProbeClient, prompts: Sequence[str], requests: int, top_logprobs: int, step: Callable[[], None]
+    client: ProbeClient, prompts: Sequence[str], requests: int, top_logprobs: int, step: Callable[[], None],
+    max_tokens: Callable[[], int] = lambda: 1,
 ) -> tuple[Window, int]:
-    """`requests` one-token T=0 answers per prompt: (prompt -> top logprobs per answer, errors)."""
+    """`requests` T=0 answers per prompt, of which the first token's top logprobs are read:
+    (prompt -> top logprobs per answer, errors). `max_tokens` (jittered, like a user's) does not
+    change the first token's distribution."""
     window: Window = {}
     errors = 0
     for prompt in prompts:
@@ -61,7 +66,7 @@ async def sample_window(
         for _ in range(requests):
             body = {
                 "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": 1,
+                "max_tokens": max_tokens(),
                 "temperature": 0,
                 "logprobs": True,
                 "top_logprobs": top_logprobs,
@@ -113,7 +118,8 @@ class LogprobDrift:
         sides = 2 if ctx.reference is not None else 1
         permutations = drift_permutations(ctx.settings, confirm=ctx.confirm, tests=len(settings.prompts) * sides)
         meter = Meter(ctx, len(settings.prompts) * settings.requests * sides)
-        window, errors = await sample_window(ctx.client, settings.prompts, settings.requests, k, meter.step)
+        budget = partial(first_token_budget, ctx.rng, ctx.settings.traffic)
+        window, errors = await sample_window(ctx.client, settings.prompts, settings.requests, k, meter.step, budget)
         spent = meter.spent(errors)
         answered = sum(len(v) for v in window.values())
         if answered == 0:
@@ -138,7 +144,9 @@ class LogprobDrift:
             # Both sides at the smaller top-k: imputation depends on how many tokens a response lists.
             k_ref = min(k, ctx.reference.endpoint.deployment.capabilities.max_top_logprobs)
             before = ctx.reference.tokens
-            ref_window, _ = await sample_window(ctx.reference, settings.prompts, settings.requests, k_ref, meter.step)
+            ref_window, _ = await sample_window(
+                ctx.reference, settings.prompts, settings.requests, k_ref, meter.step, budget
+            )
             reference_tokens = ctx.reference.tokens - before
             comparisons["reference"] = drift_test(
                 truncate(window, k_ref), truncate(ref_window, k_ref), permutations=permutations, rng=ctx.rng
@@ -146,12 +154,26 @@ class LogprobDrift:
 
         verdict, outcome = judged(_combine(comparisons, answered), alpha, ctx.settings.health)
         details: dict[str, Any] = {"top_logprobs": k, "reference_tokens": reference_tokens}
+        # The golden window's own test (None without one): valid whichever engine serves the model.
+        details["self_p_value"] = comparisons["golden"].p_value if "golden" in comparisons else None
         if golden is None:
             details["golden"] = (
                 "frozen now: later runs test against this window" if complete
                 else "not frozen: too few answers; the next run tries again"
             )
-        return result(self, verdict, outcome, spent, alpha, **details)
+        return result(self, verdict, outcome, spent, alpha, grounds=grounds(verdict, comparisons, alpha), **details)
+
+
+def grounds(verdict: str, comparisons: Mapping[str, Outcome], alpha: float) -> Grounds:
+    """"reference" when a failure rests on the reference comparison alone: the golden window
+    (the endpoint's own past) did not reject at its Bonferroni share of alpha, or there is none."""
+    if verdict != "fail":
+        return "self"
+    tested = [o for o in comparisons.values() if o.p_value is not None]
+    golden = comparisons.get("golden")
+    if golden is not None and golden.p_value is not None and len(tested) * golden.p_value <= alpha:
+        return "self"
+    return "reference" if "reference" in comparisons else "self"
 
 
 def _combine(comparisons: Mapping[str, Outcome], answered: int) -> Outcome:

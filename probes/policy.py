@@ -7,6 +7,14 @@ in), so every transition is tested from a table.
     DEMOTED --min time, clean rounds--> PROBATION (e-CUSUMs reset) --probation time, clean--> HEALTHY
     PROBATION --alarm or a failing non-evidence probe--> DEMOTED
 
+Self-history first: a failure that rests on disagreement with the reference engine alone
+(`ProbeResult.grounds == "reference"`: another correct engine fails it too) may raise SUSPECT but
+never demotes. Every move to DEMOTED needs independent evidence: a failure on the endpoint's own
+grounds this round (its golden window, fidelity, tool-call accuracy, usage, a hard rule) or an
+e-CUSUM run that holds one (`EvidenceState.grounded`). Without it the endpoint stays SUSPECT (on
+probation: stays there), the reference-only e-CUSUMs restart, and the reason says so; a demoted
+endpoint whose only failures are reference-only counts the round as clean.
+
 An alarm is: an e-CUSUM at or above `suspect_e`, a failing "suspect" or "confirm" probe, or a
 failing "evidence" probe in an on-demand audit. One noisy monitoring window never demotes: its
 e-value alone stays below `suspect_e`, and a suspect endpoint is demoted only when the probe that
@@ -73,6 +81,8 @@ class _Round:
     failed: tuple[ProbeResult, ...]
     alarms: tuple[str, ...]  # probes that raise an alarm (e-CUSUM or a failing alarm probe)
     demote: tuple[str, ...]  # probes whose evidence or hard rule demotes outright
+    # Evidence on the endpoint's own grounds (described): what a demotion needs.
+    independent: tuple[str, ...]
 
 
 def _tally(
@@ -86,11 +96,16 @@ def _tally(
         if r.verdict == "error" or r.errors:
             errors += max(1, r.errors)
             last_error = str((r.details or {}).get("error", "")) or f"{r.probe}: {r.errors} upstream errors"
+    grounded = set(evidence.grounded)
     if not confirm:  # a confirmatory round decides on its own; it does not feed the e-processes
         for r in quality:
             e = window_e(r, settings)
             if e is not None:
                 cusum[r.probe] = cusum_step(cusum.get(r.probe, 0.0), e)
+                if cusum[r.probe] <= 1.0:  # the e-CUSUM run restarted: its earlier failures are gone
+                    grounded.discard(r.probe)
+                if r.verdict == "fail" and r.grounds == "self":
+                    grounded.add(r.probe)
     failed = tuple(r for r in quality if r.verdict == "fail")
     alarms = [p for p, m in cusum.items() if m >= settings.suspect_e]
     demote = [p for p, m in cusum.items() if m >= settings.demote_e]
@@ -99,13 +114,23 @@ def _tally(
             demote.append(r.probe)
         elif r.effect in ("suspect", "confirm") or (r.effect == "evidence" and trigger == "manual"):
             alarms.append(r.probe)
-    new = replace(evidence, cusum=cusum, errors=errors, last_error=last_error, updated=now)
-    return _Round(new, quality, failed, tuple(dict.fromkeys(alarms)), tuple(dict.fromkeys(demote)))
+    alarms, demote = list(dict.fromkeys(alarms)), list(dict.fromkeys(demote))
+    independent = [_describe(r) for r in failed if r.grounds == "self"]
+    independent += [f"{p} e-CUSUM {cusum[p]:.3g}" for p in dict.fromkeys((*demote, *alarms))
+                    if p in grounded and p in cusum and not any(r.probe == p and r.grounds == "self" for r in failed)]
+    new = replace(evidence, cusum=cusum, errors=errors, last_error=last_error, updated=now,
+                  grounded=tuple(sorted(grounded & set(cusum))))
+    return _Round(new, quality, failed, tuple(alarms), tuple(demote), tuple(independent))
 
 
 def _describe(r: ProbeResult) -> str:
     stat = f"p={r.p_value:.3g}" if r.p_value is not None else f"e={r.e_value:.3g}" if r.e_value is not None else ""
-    return f"{r.probe} {r.verdict}" + (f" ({stat})" if stat else "")
+    against = ", against the reference" if r.grounds == "reference" and r.verdict == "fail" else ""
+    return f"{r.probe} {r.verdict}" + (f" ({stat}{against})" if stat or against else "")
+
+
+# Said when a demotion is held back: which tests could confirm a reference disagreement.
+INDEPENDENT_TESTS = "fidelity, tool-call accuracy, usage, the golden window"
 
 
 def decide(
@@ -134,33 +159,61 @@ def decide(
     failures = ", ".join(_describe(r) for r in rnd.failed)
     peak = f"e-CUSUM {ev.peak:.3g}"
     state = health.state
+    reference = [_describe(r) for r in rnd.failed if r.grounds == "reference"]
+
+    def demote(why: str, evidence: EvidenceState, hold: HealthState = "suspect") -> Decision:
+        """To DEMOTED with independent evidence (named in the reason when a reference disagreement
+        is part of it); without, the endpoint holds at `hold` and its reference-only e-CUSUMs restart."""
+        if rnd.independent:
+            also = f"; confirmed independently by {', '.join(rnd.independent)}" if reference else ""
+            return move("demoted", why + also, evidence)
+        kept = replace(evidence, cusum={p: m for p, m in evidence.cusum.items() if p in evidence.grounded},
+                       clean_rounds=0)
+        ungrounded = [f"{p} e-CUSUM {m:.3g}" for p, m in evidence.cusum.items() if p not in evidence.grounded
+                      and (p in rnd.alarms or p in rnd.demote)]
+        what = ", ".join(dict.fromkeys([*reference, *ungrounded])) or failures or peak
+        why = (f"{why}; reference disagreement alone ({what}): {hold}, not demoted, until an independent test "
+               f"confirms it ({INDEPENDENT_TESTS})")
+        if hold != "suspect":
+            return move(hold, why, kept)
+        suspects = tuple(dict.fromkeys((*evidence.suspects, *(r.probe for r in rnd.failed), *rnd.alarms)))
+        return move("suspect", why, replace(kept, suspects=suspects), suspects)
 
     if state == "demoted":
-        if rnd.failed or rnd.alarms or rnd.demote:
+        if rnd.independent:
             return move("demoted", f"still failing: {failures or peak}", replace(ev, clean_rounds=0))
-        clean = replace(ev, clean_rounds=ev.clean_rounds + 1)
+        clean = replace(ev, clean_rounds=ev.clean_rounds + 1,
+                        cusum={p: m for p, m in ev.cusum.items() if p in ev.grounded})
         waited = now - health.since
         if waited >= settings.demoted_min_seconds and clean.clean_rounds >= settings.clean_windows:
             return move("probation", f"{clean.clean_rounds} clean rounds after {waited:.0f} s demoted", clean.reset())
-        return move("demoted", f"clean round {clean.clean_rounds}/{settings.clean_windows}", clean)
+        note = f" (reference disagreement alone: {', '.join(reference)})" if reference else ""
+        return move("demoted", f"clean round {clean.clean_rounds}/{settings.clean_windows}{note}", clean)
 
     if state == "probation":  # a SUSPECT trigger sends it back; a single noisy window does not
         if rnd.alarms or rnd.demote or any(r.effect != "evidence" for r in rnd.failed):
-            return move("demoted", f"failed on probation: {failures or peak}", replace(ev, clean_rounds=0))
+            held = demote(f"failed on probation: {failures or peak}", replace(ev, clean_rounds=0), "probation")
+            if held.to_state is not None:
+                return held
+            ev = held.evidence  # reference disagreement alone: probation runs on, its clock with it
         waited = now - health.since
+        note = f" (reference disagreement alone: {', '.join(reference)})" if reference else ""
         if waited >= settings.probation_seconds:
-            return move("healthy", f"clean through {waited:.0f} s of probation", ev.reset())
+            return move("healthy", f"clean through {waited:.0f} s of probation{note}", ev.reset())
+        if reference:
+            return move("probation", f"on probation; not demoted on {', '.join(reference)} alone: no independent "
+                        f"test confirms it ({INDEPENDENT_TESTS})", ev)
         return move("probation", "clean round on probation", replace(ev, clean_rounds=ev.clean_rounds + 1))
 
     # healthy or suspect
     if confirm:
-        return _confirmed(rnd, move, failures)
+        return _confirmed(rnd, move, demote, failures)
     if rnd.demote:
-        return move("demoted", f"{', '.join(rnd.demote)}: {failures or peak} (demote at {settings.demote_e:g})", ev)
+        return demote(f"{', '.join(rnd.demote)}: {failures or peak} (demote at {settings.demote_e:g})", ev)
     # A probe that raised the alarm failing again in a fresh run is its confirmation.
     again = [r for r in rnd.failed if r.effect == "confirm" and r.probe in ev.suspects]
     if state == "suspect" and again:
-        return move("demoted", f"alarming probe failed again while suspect: {', '.join(map(_describe, again))}", ev)
+        return demote(f"alarming probe failed again while suspect: {', '.join(map(_describe, again))}", ev)
     if rnd.alarms:
         suspects = tuple(dict.fromkeys((*ev.suspects, *rnd.alarms)))
         why = f"alarm from {', '.join(rnd.alarms)}: {failures or peak} (suspect at {settings.suspect_e:g})"
@@ -171,16 +224,19 @@ def decide(
     return move("healthy", f"clean round ({peak})", replace(ev, clean_rounds=ev.clean_rounds + 1))
 
 
-def _confirmed(rnd: _Round, move: Callable[..., Decision], failures: str) -> Decision:
+def _confirmed(
+    rnd: _Round, move: Callable[..., Decision], demote: Callable[..., Decision], failures: str
+) -> Decision:
     """A confirmatory round: demote only when a probe that raised the alarm fails its own fresh
-    re-run (or a hard rule fires). Other probes of the round that fail keep the endpoint SUSPECT
-    and become the alarm its next confirmatory round re-runs; everything passing restores it."""
+    re-run (or a hard rule fires), and something on the endpoint's own grounds failed (`demote`).
+    Other probes of the round that fail keep the endpoint SUSPECT and become the alarm its next
+    confirmatory round re-runs; everything passing restores it."""
     ev = rnd.evidence
     alarming = set(ev.suspects) or {r.probe for r in rnd.failed}
     confirmed = [r for r in rnd.failed if r.probe in alarming or r.effect == "demote"]
     if confirmed:
-        return move("demoted", f"confirmatory re-run failed: {', '.join(map(_describe, confirmed))}",
-                    replace(ev, clean_rounds=0))
+        return demote(f"confirmatory re-run failed: {', '.join(map(_describe, confirmed))}",
+                      replace(ev, clean_rounds=0))
     if rnd.failed:  # the alarm is not confirmed, but another test failed: that one is re-run next
         others = tuple(dict.fromkeys(r.probe for r in rnd.failed))
         cusum = {p: m for p, m in ev.cusum.items() if p not in alarming}

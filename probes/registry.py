@@ -36,8 +36,12 @@ SUITES: Mapping[str, tuple[str, ...]] = MappingProxyType(
 )
 
 # Extra probes for the confirmatory round after an alarm of the key probe (the alarming probe
-# itself is always re-run fresh): a drift alarm is confirmed by the distribution test too.
-CONFIRMED_BY: Mapping[str, tuple[str, ...]] = MappingProxyType({"logprob_drift": ("distribution",)})
+# itself is always re-run fresh): a drift alarm is confirmed by the distribution test too, and
+# both by fidelity, a test of the endpoint against itself: a reference disagreement demotes only
+# with such an independent confirmation (probes.policy, "self-history first").
+CONFIRMED_BY: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"logprob_drift": ("distribution", "fidelity"), "distribution": ("fidelity",)}
+)
 
 ProbeFactory = Callable[[], Probe]
 

@@ -5,6 +5,8 @@ model's reference, never the endpoint itself), run the applicable probes one aft
 turn upstream failures and a spent budget into "error" results (availability evidence), store
 the run, apply `probes.policy.decide` through `HealthStates.transition` (whose sinks publish and
 persist it, like a manual demotion), and run the confirmatory round at once when the decision asks for one.
+With a `probes.fleet.FleetLedger`, a proposed demotion also needs the fleet's e-BH over the audit
+round to reject the endpoint (false discovery control across endpoints); held back, it stays suspect.
 
 Progress goes to an `emit` callback as dicts: started, progress, result, transition, finished.
 """
@@ -15,7 +17,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -29,7 +31,8 @@ from probes.baselines import BaselineStore
 from probes.budget import BudgetExhausted, ProbeBudget
 from probes.client import ProbeClient, ProbeUnavailable, UserShape
 from probes.evidence import EvidenceState, EvidenceStore
-from probes.policy import Decision, decide
+from probes.fleet import FleetLedger
+from probes.policy import Decision, decide, score_for
 from probes.registry import ProbeMissing, ProbeRegistry
 from probes.settings import ProbeSettings
 from probes.template_check import TemplateCheck
@@ -80,6 +83,7 @@ def result_json(r: ProbeResult, *, confirm: bool) -> dict[str, Any]:
         "requests": r.requests,
         "errors": r.errors,
         "effect": r.effect,
+        "grounds": r.grounds,
         "confirm": confirm,
         "details": _plain(r.details or {}),
     }
@@ -167,6 +171,7 @@ class ProbeRunner:
         rng: np.random.Generator | None = None,
         persistence: ProbeRunStore | None = None,
         metrics: ProbeMetrics | None = None,
+        fleet: FleetLedger | None = None,
     ) -> None:
         self.catalog = catalog
         self.health = health
@@ -179,6 +184,8 @@ class ProbeRunner:
         self.rng = rng or np.random.default_rng(settings.seed)
         self.persistence = persistence
         self.metrics = metrics
+        # Gates demotions by e-BH over the fleet's round (probes.fleet); None: no fleet gate.
+        self.fleet = fleet
 
     def reference_for(self, endpoint: Endpoint) -> Endpoint | None:
         """The configured reference of the endpoint's model, else a local engine serving it; never itself."""
@@ -242,6 +249,8 @@ class ProbeRunner:
                 self.metrics.probe_outcome(endpoint.id, result.probe, result.verdict)
             emit({"event": "result", "endpoint": endpoint.id, **result_json(result, confirm=confirm)})
         decision = await self._decide(endpoint, results, confirm=confirm, trigger=trigger)
+        if self.fleet is not None:
+            decision = await self._fleet_gate(self.fleet, endpoint, decision, results, confirm=confirm, trigger=trigger)
         rnd = RoundReport(confirm, results, decision, run_id if isinstance(run_id, int) else None)
         rnd.transition = await self._apply(endpoint, decision, results, rnd.run_id)
         if rnd.transition is not None:
@@ -312,6 +321,7 @@ class ProbeRunner:
             p_value=result.p_value, e_value=result.e_value, reference_samples=result.reference_samples,
             tokens_spent=max(result.tokens_spent, spent), details=details, effect=result.effect,
             requests=max(result.requests, requests), errors=max(result.errors, client.errors),
+            grounds=result.grounds,
         )
 
     async def _decide(self, endpoint: Endpoint, results: list[ProbeResult], *, confirm: bool, trigger: str) -> Decision:
@@ -328,6 +338,34 @@ class ProbeRunner:
             log.warning("probes: could not store the evidence of %s: %s", endpoint.id, exc)
         return decision
 
+    async def _fleet_gate(
+        self, fleet: FleetLedger, endpoint: Endpoint, decision: Decision, results: list[ProbeResult], *,
+        confirm: bool, trigger: str,
+    ) -> Decision:
+        """Record a fresh round's evidence (an audit's or a confirmatory round's) in the fleet's round,
+        and let a proposed demotion through only when the fleet's e-BH rejects this endpoint; held
+        back, the endpoint stays SUSPECT (or on probation) and a confirmatory round is asked for."""
+        state = self.health.state(endpoint.id)
+        try:
+            if confirm or trigger != "schedule":
+                await fleet.record(endpoint.id, results, now=self.wall())
+            if decision.to_state != "demoted" or state == "demoted":
+                return decision
+            if any(r.verdict == "fail" and r.effect == "demote" for r in results):
+                return replace(decision, reason=f"{decision.reason} (a hard rule: not gated by the fleet's e-BH)")
+            gate = await fleet.gate(endpoint.id, now=self.wall())
+        except StoreUnavailable as exc:  # the policy's own rules still stand
+            log.warning("probes: the fleet's round is unavailable (%s); %s is decided on its own", exc, endpoint.id)
+            return decision
+        if gate.allowed:
+            return replace(decision, reason=f"{decision.reason}; {gate.describe()}")
+        hold = "suspect" if state in ("healthy", "suspect") else state
+        again = () if confirm else (
+            decision.evidence.suspects or tuple(dict.fromkeys(r.probe for r in results if r.verdict == "fail")))
+        return Decision(None if hold == state else hold, decision.evidence,
+                        f"{decision.reason}; {gate.describe()}: {hold}, not demoted",
+                        None if hold == state else score_for(hold, self.settings.health), again)
+
     async def _apply(
         self, endpoint: Endpoint, decision: Decision, results: list[ProbeResult], run_id: int | None
     ) -> Transition | None:
@@ -337,7 +375,7 @@ class ProbeRunner:
             "run_id": run_id,
             "cusum": dict(decision.evidence.cusum),
             "results": [{"probe": r.probe, "verdict": r.verdict, "p_value": r.p_value, "e_value": r.e_value,
-                         "statistic": r.statistic, "effect": r.effect} for r in results],
+                         "statistic": r.statistic, "effect": r.effect, "grounds": r.grounds} for r in results],
         }
         t = await self.health.transition(endpoint.id, decision.to_state, source="probe", reason=decision.reason,
                                          at=self.wall(), score=decision.score, evidence=evidence)

@@ -31,6 +31,17 @@ class DistributionSettings(Frozen):
     permutations: int = Field(1000, ge=50)
 
 
+class TrafficSettings(Frozen):
+    """Probe requests shaped like users' (probes.traffic), where the probe's statistic allows it."""
+
+    user_like: bool = True  # draw the fidelity probe's conversation from the pool (else `fidelity.prompt`)
+    system_share: float = Field(0.7, ge=0, le=1)  # requests with a system prompt
+    history_share: float = Field(0.4, ge=0, le=1)  # ...with earlier turns
+    tools_share: float = Field(0.2, ge=0, le=1)  # ...with tool definitions
+    # Extra max_tokens, drawn in [0, n], on requests of which only the first token is read.
+    max_tokens_jitter: int = Field(6, ge=0)
+
+
 class FidelitySettings(Frozen):
     """Sampled one-token continuations vs the distribution the endpoint's own logprobs imply."""
 
@@ -100,6 +111,16 @@ class HealthSettings(Frozen):
     tool_cusum_h: float = Field(5.0, gt=0)
 
 
+class FleetSettings(Frozen):
+    """False discovery control over the fleet (probes.fleet): a demotion happens only when e-BH at
+    `alpha` over every endpoint's e-value of the current audit round rejects that endpoint."""
+
+    enabled: bool = True
+    alpha: float = Field(0.1, gt=0, lt=1)  # the FDR bound over the demotions of one round
+    round_seconds: float = Field(86_400.0, gt=0)  # one audit round (UTC-aligned)
+    kappa: float = Field(0.5, gt=0, lt=1)  # the p-to-e calibrator kappa * p^(kappa - 1)
+
+
 class ToolMonitorSettings(Frozen):
     """The passive tool-call monitor: live responses checked against the clients' own schemas
     (untrusted input, checked in a worker process) are evidence that can only start an active run
@@ -149,8 +170,10 @@ class ProbeSettings(Frozen):
     drift: DriftSettings = DriftSettings()
     distribution: DistributionSettings = DistributionSettings()
     fidelity: FidelitySettings = FidelitySettings()
+    traffic: TrafficSettings = TrafficSettings()
     toolcalls: ToolCallSettings = ToolCallSettings()
     agent: AgentSettings = AgentSettings()
     sentinels: SentinelSettings = SentinelSettings()
     health: HealthSettings = HealthSettings()
+    fleet: FleetSettings = FleetSettings()
     tool_monitor: ToolMonitorSettings = ToolMonitorSettings()

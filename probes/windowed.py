@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar, Protocol
 
-from probes.base import Effect, Outcome, ProbeContext, ProbeResult, Verdict, verdict_from_p
+from probes.base import Effect, Grounds, Outcome, ProbeContext, ProbeResult, Verdict, verdict_from_p
 from probes.settings import HealthSettings
 from probes.stats.evalues import window_e
 
@@ -45,9 +45,10 @@ class Named(Protocol):
 
 
 def result(
-    probe: Named, verdict: Verdict, outcome: Outcome, spent: Mapping[str, int], alpha: float, **details: Any
+    probe: Named, verdict: Verdict, outcome: Outcome, spent: Mapping[str, int], alpha: float, *,
+    grounds: Grounds = "self", **details: Any,
 ) -> ProbeResult:
     return ProbeResult.of(
         probe.name, verdict, outcome, effect=probe.effect, tokens=spent["tokens"], requests=spent["requests"],
-        errors=spent["errors"], alpha=alpha, **details,
+        errors=spent["errors"], grounds=grounds, alpha=alpha, **details,
     )

@@ -539,8 +539,24 @@
     const verdict = $("pr-verdict").value;
     if (runs.data && verdict) runs.data = { data: runs.data.data.filter((r) => (r.verdict || "running") === verdict) };
     renderRuns($("probes-table"), $("probes-empty"), runs, true);
+    renderFleet($("probes-fleet"), await optional("/admin/api/probes/fleet"));
     $("pr-audit").disabled = auditing || !select.value;
     show($("probes-notice"), false);
+  }
+
+  // The audit round's false discovery control (GET /admin/api/probes/fleet): demotions across the
+  // fleet go through e-BH at FDR alpha.
+  function renderFleet(node, fleet) {
+    const f = fleet.data;
+    if (!f || !f.method) {
+      node.textContent = f && f.reason ? f.reason : "";
+      show(node, !!(f && f.reason));
+      return;
+    }
+    node.textContent = "Fleet FDR \u2264 " + f.alpha + " (" + f.method + " over " + f.n + " endpoints this round): "
+      + f.demoted + " demoted, " + f.held + " held back; one demotion needs e \u2265 " + num(f.n / f.alpha) + ".";
+    node.dataset.alpha = String(f.alpha);
+    show(node, true);
   }
 
   // --- on-demand audit (POST /admin/api/probes/run streams NDJSON events, then a summary) ------

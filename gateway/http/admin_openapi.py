@@ -172,6 +172,10 @@ def openapi() -> dict[str, Any]:
                 },
             }
         },
+        "/admin/api/probes/fleet": {
+            "get": _op("The audit round's fleet-wide false discovery control: e-BH alpha, n, e-values, demoted, held",
+                       errors=(503,))
+        },
         "/admin/api/health": {"get": _op("Current health state of every endpoint", response=_LIST)},
         "/admin/api/health/transitions": {
             "get": _op(

@@ -1,6 +1,7 @@
 """On-demand probe audits over the admin API (admin key only).
 
     POST /admin/api/probes/run  {"provider": "x", "model": "m", "endpoint": "id", "probes": ["quality"]}
+    GET  /admin/api/probes/fleet  the current audit round's false discovery control (probes.fleet)
 
 The body is checked before anything runs (unknown provider, endpoint or probe: OpenAI-style
 400/404 JSON). Then the answer streams as NDJSON: one JSON object a line, the runner's progress
@@ -11,6 +12,7 @@ endpoint, and last a summary `{"event": "summary", "object": "probe.audit", "ver
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,7 +24,8 @@ from starlette.routing import Route
 from gateway.catalog import Endpoint
 from gateway.http.admin_handlers import _handler
 from gateway.state import AppState
-from kernel.errors import InvalidRequest, NotFound
+from gateway.state_store import StoreUnavailable
+from kernel.errors import InvalidRequest, NotFound, Unavailable
 from probes.registry import UnknownProbe
 from probes.runner import ProbeRunner
 
@@ -122,4 +125,21 @@ async def _stream(runner: ProbeRunner, endpoints: list[Endpoint], probes: list[s
             task.cancel()
 
 
-routes = [Route("/admin/api/probes/run", _handler(run_probes), methods=["POST"])]
+async def fleet(request: Request, state: AppState) -> Response:
+    """The round's e-BH figures: alpha (the FDR bound), n, each endpoint's e-value, demoted and held."""
+    ledger = _runner(state).fleet
+    if ledger is None:
+        body: dict[str, Any] = {"object": "probe.fleet", "method": None, "alpha": None,
+                                "reason": "probes.fleet.enabled is false: demotions are not gated fleet-wide"}
+    else:
+        try:
+            body = await ledger.snapshot(now=state.persistence.wall() if state.persistence is not None else time.time())
+        except StoreUnavailable as exc:
+            raise Unavailable(f"The shared state store is unavailable: {exc}", code="store_unavailable") from None
+    return Response(orjson.dumps(body), media_type="application/json", headers={"cache-control": "no-store"})
+
+
+routes = [
+    Route("/admin/api/probes/run", _handler(run_probes), methods=["POST"]),
+    Route("/admin/api/probes/fleet", _handler(fleet), methods=["GET"]),
+]

@@ -29,6 +29,8 @@ SUSPECT_FINDINGS = {
     "needle": {"degraded", "truncation"},
     "loops": {"loops"},
 }
+# Findings that only say "not equal to the reference" (a failure of those alone is reference-grounded).
+REFERENCE_FINDINGS = {"usage_comparison:mismatch"}
 
 
 class SentinelsProbe:
@@ -95,6 +97,11 @@ class SentinelsProbe:
             effect=effect,
             requests=mine.requests,
             errors=mine.errors,
+            # Counts unequal to the reference's alone: another engine's template can do that.
+            grounds="reference"
+            if ref is not None and verdict == "fail" and not truncation and findings
+            and set(findings) <= REFERENCE_FINDINGS
+            else "self",
             details={
                 "findings": findings,
                 "truncation": truncation,

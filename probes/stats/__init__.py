@@ -6,4 +6,5 @@
 - `fidelity`: χ² of sampled tokens against the distribution implied by the logprobs.
 - `evalues`: window e-values, the p-to-e calibrator and the e-CUSUM update.
 - `cusum`: a Bernoulli CUSUM for error rates (tool calls).
+- `ebh`: e-BH false discovery control over e-values (the fleet's demotions, `probes.fleet`).
 """

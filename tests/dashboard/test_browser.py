@@ -216,6 +216,10 @@ def test_probe_runs_page_filters_and_shows_a_run(page: Any, gateway: Gateway) ->
     page.get_by_role("link", name="Probe runs").click()
     page.wait_for_selector("#probes-table tbody tr")
     assert page.locator("#probes-table tbody tr").count() == 4
+    # The fleet's false discovery control (GET /admin/api/probes/fleet) is shown with its alpha.
+    fleet = page.locator("#probes-fleet")
+    expect(fleet).to_be_visible()
+    expect(fleet).to_contain_text("Fleet FDR \u2264 0.1 (e-BH over")
     page.get_by_label("Verdict").select_option("fail")
     expect(page.locator("#probes-table tbody tr")).to_have_count(
         1

@@ -65,6 +65,7 @@ async def test_substituted_model_fails():
     assert result.verdict == "fail"
     assert result.p_value < 0.01
     assert result.e_value == 10.5
+    assert result.grounds == "reference"  # a disagreement with the reference engine: alone it never demotes
     assert result.samples == 30 and result.reference_samples == 30
     assert len(result.details["per_prompt"]) == 5
     json.dumps(result.details)  # stored as JSON
@@ -79,7 +80,7 @@ async def test_without_reference_the_own_pool_is_frozen_then_compared():
     assert same.verdict == "pass"
     swapped = await Distribution().run(_ctx(ToyModel("other"), baselines=baselines))
     assert swapped.verdict == "fail"
-    assert swapped.details["comparison"] == "self"
+    assert swapped.details["comparison"] == "self" and swapped.grounds == "self"
 
 
 async def test_template_mismatch_is_reported():

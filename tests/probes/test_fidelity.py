@@ -48,10 +48,12 @@ async def test_honest_sampling_passes(seed):
 
 
 async def test_served_temperature_is_caught_and_estimated():
-    result = await Fidelity().run(_ctx(ToyModel(served_temperature=0.7)))
+    ctx = _ctx(ToyModel(served_temperature=0.7))
+    result = await Fidelity().run(ctx)
     assert result.verdict == "fail"
     assert 0.55 < result.details["temperature_estimate"] < 0.85
-    assert result.tokens_spent == 200 * 11
+    # 10 prompt tokens a request, and the jittered max_tokens of each (the toy model fills them).
+    assert result.tokens_spent == 200 * 10 + sum(b["max_tokens"] for b in ctx.client.bodies)
     json.dumps(result.details)  # stored as JSON
 
 

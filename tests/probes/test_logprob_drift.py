@@ -3,9 +3,9 @@ import json
 import numpy as np
 import pytest
 
-from probes.base import ProbeContext
+from probes.base import Outcome, ProbeContext
 from probes.baselines import MemoryBaselines
-from probes.logprob_drift import LogprobDrift, first_token, truncate
+from probes.logprob_drift import LogprobDrift, first_token, grounds, truncate
 from probes.settings import DriftSettings, ProbeSettings
 from probes.testbed.harness import EndpointSpec, Testbed
 from tests.fakes.catalog import make_endpoint
@@ -55,7 +55,11 @@ async def test_first_run_freezes_the_golden_window():
     assert result.requests == 4 * 6
     assert seen[-1] == (24, 24)
     body = ctx.client.bodies[0]
-    assert (body["max_tokens"], body["temperature"], body["top_logprobs"]) == (1, 0, 5)
+    assert (body["temperature"], body["top_logprobs"]) == (0, 5)
+    # max_tokens is jittered like a user's (only the first token is read); temperature never is.
+    budgets = {b["max_tokens"] for b in ctx.client.bodies}
+    assert len(budgets) > 1 and budgets <= set(range(1, SETTINGS.traffic.max_tokens_jitter + 2))
+    assert {b["temperature"] for b in ctx.client.bodies} == {0}
     golden = await baselines.get("prov/m", "logprob_drift", "golden:k5")
     assert golden is not None and len(golden["window"]["x"]) == 6
     assert "frozen" in result.details["golden"]
@@ -74,11 +78,12 @@ async def test_honest_endpoint_passes_against_its_golden():
 async def test_changed_weights_fail_against_the_golden():
     baselines = MemoryBaselines()
     await LogprobDrift().run(_ctx(ToyModel(noise=0.02, seed=1), baselines=baselines))
-    result = await LogprobDrift().run(_ctx(ToyModel(shift=0.3, noise=0.02, seed=2), baselines=baselines))
+    ctx = _ctx(ToyModel(shift=0.3, noise=0.02, seed=2), baselines=baselines)
+    result = await LogprobDrift().run(ctx)
     assert result.verdict == "fail"
     assert result.e_value == 10.5
     assert result.statistic > 0.05
-    assert result.tokens_spent == 24 * 11
+    assert result.tokens_spent == 24 * 10 + sum(b["max_tokens"] for b in ctx.client.bodies)
     json.dumps(result.details)  # stored as JSON
 
 
@@ -86,9 +91,11 @@ async def test_reference_comparison_on_the_first_run():
     honest = await LogprobDrift().run(_ctx(ToyModel(), reference=ToyModel()))
     assert honest.verdict == "pass"
     assert honest.details["comparisons"]["reference"]["statistic"] == pytest.approx(0.0, abs=1e-12)
-    swapped = await LogprobDrift().run(_ctx(ToyModel("other"), reference=ToyModel()))
+    ctx = _ctx(ToyModel("other"), reference=ToyModel())
+    swapped = await LogprobDrift().run(ctx)
     assert swapped.verdict == "fail"
-    assert swapped.details["reference_tokens"] == 24 * 11
+    assert swapped.grounds == "reference"  # no golden window yet: the reference comparison alone
+    assert swapped.details["reference_tokens"] == 24 * 10 + sum(b["max_tokens"] for b in ctx.reference.bodies)
 
 
 async def test_a_reference_with_a_smaller_top_k_is_compared_at_its_k():
@@ -199,3 +206,15 @@ async def test_live_drift_passes_honest_and_fails_requantized_and_substituted(te
             assert swapped.details["comparisons"]["reference"]["p_value"] <= 0.01
     finally:
         testbed.clear_fault("target")
+
+
+def test_a_failure_rests_on_the_reference_alone_unless_the_golden_window_rejects_too() -> None:
+    golden_ok, golden_bad = Outcome(0.1, p_value=0.4), Outcome(0.9, p_value=0.001)
+    ref_bad = Outcome(0.7, p_value=5e-05)
+    assert grounds("fail", {"golden": golden_ok, "reference": ref_bad}, 0.05) == "reference"
+    assert grounds("fail", {"reference": ref_bad}, 0.05) == "reference"  # no golden window yet
+    assert grounds("fail", {"golden": golden_bad, "reference": ref_bad}, 0.05) == "self"
+    # The golden test counts at its Bonferroni share: 2 x 0.03 > 0.05.
+    assert grounds("fail", {"golden": Outcome(0.5, p_value=0.03), "reference": ref_bad}, 0.05) == "reference"
+    assert grounds("fail", {"golden": golden_bad}, 0.05) == "self"
+    assert grounds("pass", {"golden": golden_ok, "reference": Outcome(0.1, p_value=0.5)}, 0.05) == "self"

@@ -112,6 +112,25 @@ def test_the_route_needs_the_admin_key_and_is_described(client: TestClient) -> N
     assert "post" in openapi()["paths"]["/admin/api/probes/run"]
 
 
+def test_the_fleet_route_reports_the_round_s_false_discovery_control(client: TestClient) -> None:
+    """After an audit whose fidelity fails twice (p = 0.001: e = 15.8 a round), the round's figures."""
+    body = {"provider": "p", "probes": ["fidelity"]}
+    with client.stream("POST", "/admin/api/probes/run", json=body, headers=ADMIN) as response:
+        events = [json.loads(line) for line in response.iter_lines() if line]
+    assert events[-1]["event"] == "summary"
+    fleet = client.get("/admin/api/probes/fleet", headers=ADMIN)
+    assert fleet.status_code == 200 and fleet.headers["cache-control"] == "no-store"
+    doc = fleet.json()
+    assert (doc["object"], doc["method"], doc["alpha"]) == ("probe.fleet", "e-BH", 0.1)
+    (row,) = [r for r in doc["endpoints"] if r["proposed"]]
+    assert row["e_value"] == pytest.approx((0.5 / 0.001**0.5) ** 2)
+    # Two endpoints in the catalog at FDR 0.1: the bar is 2 / (0.1 * 1) = 20 <= 250, so it is demoted.
+    assert (doc["n"], doc["k"], doc["threshold"], doc["demoted"], doc["held"]) == (2, 1, 20.0, 1, 0)
+    assert any(e["event"] == "transition" and e["to"] == "demoted" and "e-BH" in e["reason"] for e in events)
+    assert client.get("/admin/api/probes/fleet").status_code == 401
+    assert "get" in openapi()["paths"]["/admin/api/probes/fleet"]
+
+
 # -- gwctl probe ------------------------------------------------------------------------------
 
 

@@ -58,8 +58,10 @@ def test_factories_may_be_given_directly() -> None:
 
 def test_confirmatory_sets() -> None:
     registry = ProbeRegistry()
-    assert registry.confirmatory(["logprob_drift"]) == ["logprob_drift", "distribution"]
+    # A reference-grounded alarm is re-run with fidelity, a test of the endpoint against itself.
+    assert registry.confirmatory(["logprob_drift"]) == ["logprob_drift", "distribution", "fidelity"]
     assert registry.confirmatory(["fidelity", "logprob_drift"]) == ["fidelity", "logprob_drift", "distribution"]
+    assert registry.confirmatory(["distribution"]) == ["distribution", "fidelity"]
     assert registry.confirmatory(["sentinels"]) == ["sentinels"]
     assert registry.confirmatory(["gone"]) == []  # an alarm from a probe not registered here (a monitor)
     assert all(path.startswith("probes.") for path in PROBE_MODULES.values())

@@ -16,7 +16,7 @@ from gateway.catalog import Endpoint
 from gateway.health_states import HealthStates
 from gateway.state_store.memory import MemoryStore
 from kernel.health import Transition
-from probes.base import Effect, ProbeContext, ProbeResult, Verdict
+from probes.base import Effect, Grounds, ProbeContext, ProbeResult, Verdict
 from probes.baselines import MemoryBaselines
 from probes.budget import BudgetExhausted
 from probes.client import ProbeUnavailable
@@ -53,6 +53,7 @@ class Script:
 
     verdicts: dict[str, list[Verdict | Exception]] = field(default_factory=dict)
     seen: list[tuple[str, ProbeContext]] = field(default_factory=list)
+    grounds: dict[str, Grounds] = field(default_factory=dict)  # what each probe's failures rest on
 
     def probe(self, name: str, effect: Effect = "evidence", *, skip: str | None = None) -> Callable[[], Any]:
         script = self
@@ -76,7 +77,8 @@ class Script:
                     raise answer
                 p = 0.001 if answer == "fail" else 0.5
                 e = 10.5 if answer == "fail" else 0.5
-                return ProbeResult(name, answer, 10, statistic=0.1, p_value=p, e_value=e, effect=self.effect)
+                return ProbeResult(name, answer, 10, statistic=0.1, p_value=p, e_value=e, effect=self.effect,
+                                   grounds=script.grounds.get(name, "self"))
 
         return Fake
 
@@ -157,9 +159,10 @@ async def test_a_failing_audit_is_confirmed_and_demotes() -> None:
     events: list[dict[str, Any]] = []
     report = await runner.run(A.id, ["logprob_drift"], trigger="manual", emit=events.append)
     assert [r.confirm for r in report.rounds] == [False, True]
-    # The alarming probe re-run fresh as a confirmatory test, plus the distribution test after drift.
+    # The alarming probe re-run fresh as a confirmatory test, plus the distribution test after drift
+    # and fidelity, a test of the endpoint against itself.
     assert [(name, ctx.confirm) for name, ctx in script.seen] == [
-        ("logprob_drift", False), ("logprob_drift", True), ("distribution", True)]
+        ("logprob_drift", False), ("logprob_drift", True), ("distribution", True), ("fidelity", True)]
     assert [(t.from_state, t.to_state) for t in persistence.transitions] == [("healthy", "suspect"), ("suspect", "demoted")]
     assert health.state(A.id) == "demoted" and health.get(A.id).score == 0.0 and report.degraded
     assert persistence.transitions[1].evidence is not None and persistence.transitions[1].evidence["run_id"] == 43
@@ -168,6 +171,25 @@ async def test_a_failing_audit_is_confirmed_and_demotes() -> None:
     assert stored == ["start_run", "add_results", "finish_run", "start_run", "add_results", "finish_run"]
     assert persistence.calls[0][2]["trigger"] == "manual"
     assert persistence.calls[2][1][1] == "fail"  # the first round's verdict
+
+
+async def test_a_reference_only_failure_makes_the_endpoint_suspect_not_demoted() -> None:
+    """Drift and distribution fail against the reference, fidelity (the endpoint against itself) passes:
+    SUSPECT after the confirmatory round, with the reason; a failing fidelity then demotes."""
+    script = Script({"logprob_drift": ["fail"], "distribution": ["fail"]},
+                    grounds={"logprob_drift": "reference", "distribution": "reference"})
+    persistence = FakeRuns()
+    runner, health, _ = make_runner(script, persistence=persistence)
+    report = await runner.run(A.id, ["logprob_drift"], trigger="manual")
+    assert [(t.from_state, t.to_state) for t in persistence.transitions] == [("healthy", "suspect")]
+    assert health.state(A.id) == "suspect"
+    assert "reference disagreement alone" in report.rounds[1].decision.reason
+    assert persistence.transitions[0].evidence is not None
+    assert persistence.transitions[0].evidence["results"][0]["grounds"] == "reference"
+    script.verdicts["fidelity"] = ["fail"]
+    await runner.run(A.id, ["logprob_drift"], trigger="manual")
+    assert health.state(A.id) == "demoted"
+    assert "confirmed independently by fidelity fail" in persistence.transitions[-1].reason
 
 
 async def test_a_passing_confirmation_restores_healthy() -> None:

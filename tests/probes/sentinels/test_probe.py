@@ -100,6 +100,8 @@ async def test_counts_off_the_reference_make_the_endpoint_suspect(counter):
     result = await probe(counter).run(context(lm, FakeLM(counter=counter)))
     assert (result.verdict, result.effect) == ("fail", "suspect")
     assert result.details["findings"] == ["usage_comparison:mismatch"]
+    # Unequal to the reference's counts alone: another template can do that, so it never demotes alone.
+    assert result.grounds == "reference"
 
 
 async def test_no_usage_still_runs_the_needle_and_loop_checks(counter):

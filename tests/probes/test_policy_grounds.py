@@ -1,0 +1,181 @@
+"""Self-history first: a failure that rests on disagreement with the reference engine alone raises
+SUSPECT, never DEMOTED; with an independent failure (fidelity, tool calls, usage, the golden
+window) it demotes, and the reason names both; the way back (PROBATION -> HEALTHY) still works."""
+
+from __future__ import annotations
+
+from kernel.health import EndpointHealth, HealthState
+from probes.base import Effect, Grounds, ProbeResult, Verdict
+from probes.evidence import EvidenceState
+from probes.policy import decide
+from probes.settings import HealthSettings
+
+S = HealthSettings(demoted_min_seconds=3600, probation_seconds=7200, clean_windows=2, suspect_e=20, demote_e=720)
+NOW = 100_000.0
+
+
+def r(
+    probe: str,
+    verdict: Verdict,
+    effect: Effect = "evidence",
+    *,
+    grounds: Grounds = "self",
+    p: float | None = None,
+    e: float | None = None,
+) -> ProbeResult:
+    return ProbeResult(probe=probe, verdict=verdict, samples=10, p_value=p, e_value=e, effect=effect, grounds=grounds)
+
+
+def at(state: HealthState, *, ago: float = 0.0) -> EndpointHealth:
+    return EndpointHealth(state, since=NOW - ago)
+
+
+DRIFT_REF = r("logprob_drift", "fail", grounds="reference", p=5e-05, e=10.5)
+DIST_REF = r("distribution", "fail", "confirm", grounds="reference", p=0.0009)
+FIDELITY_PASS = r("fidelity", "pass", p=0.4, e=0.5)
+FIDELITY_FAIL = r("fidelity", "fail", p=4e-18, e=10.5)
+
+
+def test_a_reference_only_failure_raises_suspect() -> None:
+    d = decide(at("healthy"), EvidenceState(), [DRIFT_REF], confirm=False, now=NOW, settings=S, trigger="manual")
+    assert d.to_state == "suspect" and d.confirm_for == ("logprob_drift",)
+    assert "against the reference" in d.reason
+    assert d.evidence.grounded == ()  # its e-CUSUM run holds no failure on the endpoint's own grounds
+
+
+def test_a_reference_only_failure_of_the_confirmatory_re_run_keeps_it_suspect_not_demoted() -> None:
+    """The issue's honest endpoints: drift and distribution fail against the reference, fidelity passes."""
+    suspect = EvidenceState({"logprob_drift": 10.5}, suspects=("logprob_drift",))
+    d = decide(
+        at("suspect"),
+        suspect,
+        [DRIFT_REF, DIST_REF, FIDELITY_PASS],
+        confirm=True,
+        now=NOW,
+        settings=S,
+        trigger="manual",
+    )
+    assert d.to_state is None, d.reason  # stays SUSPECT
+    assert "reference disagreement alone" in d.reason and "not demoted" in d.reason
+    assert "logprob_drift fail (p=5e-05, against the reference)" in d.reason
+    assert "distribution fail (p=0.0009, against the reference)" in d.reason
+    assert "logprob_drift" in d.confirm_for  # the next confirmatory round asks again
+    assert "logprob_drift" not in d.evidence.cusum  # its reference-only e-CUSUM restarts
+
+
+def test_reference_and_an_independent_confirmation_demote_and_the_reason_names_both() -> None:
+    suspect = EvidenceState({"logprob_drift": 10.5}, suspects=("logprob_drift",))
+    d = decide(
+        at("suspect"),
+        suspect,
+        [DRIFT_REF, DIST_REF, FIDELITY_FAIL],
+        confirm=True,
+        now=NOW,
+        settings=S,
+        trigger="manual",
+    )
+    assert d.to_state == "demoted", d.reason
+    assert "logprob_drift fail (p=5e-05, against the reference)" in d.reason
+    assert "confirmed independently by fidelity fail (p=4e-18)" in d.reason
+
+
+def test_the_golden_window_is_an_independent_confirmation() -> None:
+    """A drift re-run that fails against the endpoint's own golden window is on its own grounds."""
+    suspect = EvidenceState({"logprob_drift": 10.5}, suspects=("logprob_drift",))
+    golden = r("logprob_drift", "fail", grounds="self", p=1e-05)
+    d = decide(at("suspect"), suspect, [golden, DIST_REF, FIDELITY_PASS], confirm=True, now=NOW, settings=S)
+    assert d.to_state == "demoted", d.reason
+    assert "confirmed independently by logprob_drift fail (p=1e-05)" in d.reason
+
+
+def test_reference_only_e_cusum_past_demote_e_stays_suspect() -> None:
+    """Hourly reference-only failures pile the e-CUSUM past demote_e: still SUSPECT (and the
+    reference-only run restarts); once the golden window fails too, the same evidence demotes."""
+    ev = EvidenceState({"logprob_drift": 700.0})
+    d = decide(at("suspect"), ev, [DRIFT_REF], confirm=False, now=NOW, settings=S)
+    assert d.to_state is None and "reference disagreement alone" in d.reason, d.reason
+    assert "logprob_drift e-CUSUM 7.35e+03" in d.reason and d.evidence.cusum == {}
+    grounded = decide(
+        at("suspect"),
+        EvidenceState({"logprob_drift": 700.0}, grounded=("logprob_drift",)),
+        [DRIFT_REF],
+        confirm=False,
+        now=NOW,
+        settings=S,
+    )
+    assert grounded.to_state == "demoted", grounded.reason
+    assert "confirmed independently by logprob_drift e-CUSUM" in grounded.reason
+
+
+def test_a_self_failure_marks_the_e_cusum_run_until_it_restarts() -> None:
+    d = decide(at("healthy"), EvidenceState(), [r("logprob_drift", "fail", p=0.01)], confirm=False, now=NOW, settings=S)
+    assert d.evidence.grounded == ("logprob_drift",)
+    # Passing windows halve it; at 1 or below the run restarts and forgets the failure.
+    ev = d.evidence
+    for _ in range(4):
+        ev = decide(at("healthy"), ev, [r("logprob_drift", "pass", p=0.5)], confirm=False, now=NOW, settings=S).evidence
+    assert ev.cusum["logprob_drift"] <= 1.0 and ev.grounded == ()
+
+
+def test_a_reference_only_usage_mismatch_is_not_a_confirmation_of_itself() -> None:
+    """The sentinel's counts unequal to the reference's (another template) twice: SUSPECT, not DEMOTED."""
+    usage = r("sentinels", "fail", "suspect", grounds="reference")
+    d = decide(at("healthy"), EvidenceState(), [usage], confirm=False, now=NOW, settings=S)
+    assert d.to_state == "suspect"
+    again = decide(at("suspect"), d.evidence, [usage], confirm=True, now=NOW, settings=S)
+    assert again.to_state is None and "reference disagreement alone" in again.reason
+    hard = decide(
+        at("suspect"), d.evidence, [usage, r("toolcalls", "fail", "demote")], confirm=True, now=NOW, settings=S
+    )
+    assert hard.to_state == "demoted" and "confirmed independently by toolcalls fail" in hard.reason
+
+
+def test_on_probation_a_reference_only_alarm_keeps_it_on_probation() -> None:
+    d = decide(at("probation", ago=10), EvidenceState(), [DIST_REF], confirm=False, now=NOW, settings=S)
+    assert d.to_state is None and "not demoted on distribution fail" in d.reason, d.reason
+    worse = decide(
+        at("probation", ago=10),
+        EvidenceState(),
+        [DIST_REF, FIDELITY_FAIL],
+        confirm=False,
+        now=NOW,
+        settings=S,
+        trigger="manual",
+    )
+    assert worse.to_state == "demoted"
+
+
+def test_the_way_back_still_works_while_the_reference_disagrees() -> None:
+    """Demoted for a fidelity fault that is then fixed, on an engine that never matches the reference:
+    reference-only failures count as clean rounds, so it goes DEMOTED -> PROBATION -> HEALTHY."""
+    ev = EvidenceState()
+    first = decide(at("demoted", ago=7200), ev, [DRIFT_REF, FIDELITY_PASS], confirm=False, now=NOW, settings=S)
+    assert first.to_state is None and "clean round 1/2" in first.reason and "reference disagreement" in first.reason
+    second = decide(
+        at("demoted", ago=7200), first.evidence, [DRIFT_REF, FIDELITY_PASS], confirm=False, now=NOW, settings=S
+    )
+    assert second.to_state == "probation", second.reason
+    stays = decide(
+        at("probation", ago=10), second.evidence, [DRIFT_REF, FIDELITY_PASS], confirm=False, now=NOW, settings=S
+    )
+    assert stays.to_state is None
+    back = decide(
+        at("probation", ago=7200), stays.evidence, [DRIFT_REF, FIDELITY_PASS], confirm=False, now=NOW, settings=S
+    )
+    assert back.to_state == "healthy", back.reason
+    # A failure on its own grounds still holds it demoted.
+    held = decide(
+        at("demoted", ago=7200),
+        EvidenceState(clean_rounds=1),
+        [DRIFT_REF, FIDELITY_FAIL],
+        confirm=False,
+        now=NOW,
+        settings=S,
+    )
+    assert held.to_state is None and "still failing" in held.reason and held.evidence.clean_rounds == 0
+
+
+def test_the_grounds_survive_the_store() -> None:
+    ev = EvidenceState({"logprob_drift": 12.0}, grounded=("logprob_drift",))
+    assert EvidenceState.from_json(ev.to_json()) == ev
+    assert ev.reset().grounded == ()
