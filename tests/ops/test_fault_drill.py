@@ -1,7 +1,9 @@
 """bench/fault_drill.py in its short form (50 req/s, 5 s phases, every fault once: upstream SIGKILL
 and return, Redis SIGKILL and restart, PostgreSQL immediate stop and start, a rolling restart of
 both replicas), run as CI runs it: no client error while a healthy candidate existed, every
-request sent has exactly one request record."""
+request sent has exactly one request record. The engine SIGKILL phase is the full form's only (it
+starts the bundled engine in every replica: on a 2-core CI machine that is 10-15 s more and a
+starved CPU); tests/engine/test_failover.py kills an engine replica under traffic in CI."""
 
 from __future__ import annotations
 
