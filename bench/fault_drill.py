@@ -357,7 +357,7 @@ def summarize(drill: Drill, outcomes: list[Outcome], records: Counter[str], faul
         ok = [(o.end - o.start) * 1000 for o in mine if o.ok]
         errors = Counter(c for o in outcomes if start <= o.end < end and (c := classify(o)) is not None)
         phases.append({"phase": name, "sent": len(mine), "errors": dict(errors), "p50_ms": pct(ok, 0.5),
-                       "p99_ms": pct(ok, 0.99)})
+                       "p99_ms": pct(ok, 0.99), "start_lag_p99_ms": pct([(o.start - o.due) * 1000 for o in mine], 0.99)})
     base = phases[0]
     for p in phases:
         p["added_p50_ms"] = p["p50_ms"] - base["p50_ms"]
