@@ -7,10 +7,10 @@ timeline of faults:
     upstream SIGKILL and return   one healthy upstream dies, comes back half a phase later
     Redis SIGKILL and restart     the shared routing state goes away, comes back empty
     PostgreSQL immediate stop     `pg_ctl stop -m immediate`, started again 3 s later
-    engine SIGKILL                (--engine) each replica also runs the bundled llama-server engine
+    engine SIGKILL                (--no-engine: none) each replica also runs the bundled llama-server engine
                                   (2 engine replicas); streams go to it through the phase, and one
-                                  engine replica of the first gateway is SIGKILLed a third in; the
-                                  gateway restarts it
+                                  engine replica of the first gateway is SIGKILLed a third in (once
+                                  it reports a stream in flight); the gateway restarts it
     rolling restart               SIGTERM, wait for the exit, start again, for every replica in turn
 
 It prints, per phase, the requests sent, the client-visible errors by cause, latency p50/p99 and
@@ -22,7 +22,7 @@ and ends with an error event. The engine's streams are counted apart (their own 
 generator's achieved rate is printed against the offered one (a starved generator offers less).
 
     python bench/fault_drill.py                    # 2 replicas, 200 req/s, 30% streams, 20 s phases
-    python bench/fault_drill.py --short            # CI's form: 50 req/s, 5 s phases (~45 s in all)
+    python bench/fault_drill.py --short            # CI's form: 50 req/s, 5 s phases (~50 s of load)
     python bench/fault_drill.py --json out.json    # also write the figures (tests/ops/test_fault_drill.py)
     python bench/fault_drill.py --balancer haproxy --no-engine
 """
@@ -216,15 +216,25 @@ class Drill:
 
     async def engine_phase(self, phase: float) -> None:
         """Streams to the engine through the whole phase; a third in, SIGKILL of the first gateway's
-        engine replica 0, then wait for its supervisor to have restarted it (ready, one restart more)."""
+        engine replica 0 (when it has a stream in flight), then wait for its supervisor to have
+        restarted it (ready, one restart more)."""
         stop = asyncio.Event()
         load = Load(self.balancer.url, KEY, ENGINE_MODEL, self.args.engine_rate, stream_share=1.0, timeout=60,
                     prompt=PROMPT, max_tokens=self.args.engine_tokens, outcomes=self.engine_outcomes)
         traffic = asyncio.create_task(load.run(3600, stop))
+        start = time.monotonic()
         await asyncio.sleep(phase / 3)
         gw = self.gateways[0]
-        before = (await asyncio.to_thread(self.engine_replicas, gw))[0]
+        # The kill, once the victim reports a stream in flight (its load, polled by the supervisor),
+        # or a third of the phase later anyway.
+        deadline = time.monotonic() + phase / 3
+        while True:
+            before = (await asyncio.to_thread(self.engine_replicas, gw))[0]
+            if (before["load"] or {}).get("processing", 0) > 0 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
         self.engine_kill["sigkill"] = time.monotonic()
+        self.engine_kill["victim_processing"] = float((before["load"] or {}).get("processing", 0))
         os.kill(before["pid"], signal.SIGKILL)
 
         def back() -> bool:
@@ -233,7 +243,7 @@ class Drill:
 
         await asyncio.to_thread(gw.wait_until, back, 120, "serving with its engine replica restarted")
         self.engine_kill["ready"] = time.monotonic()
-        await asyncio.sleep(max(1.0, phase * 2 / 3 - (self.engine_kill["ready"] - self.engine_kill["sigkill"])))
+        await asyncio.sleep(max(1.0, phase - (self.engine_kill["ready"] - start)))
         stop.set()
         await traffic
 
@@ -344,6 +354,7 @@ def engine_summary(drill: Drill) -> dict[str, Any]:
         "errors": dict(Counter(c for o in outs if (c := classify(o)) is not None)),
         "p50_ms": pct(ok, 0.5), "p99_ms": pct(ok, 0.99), "restart_s": ready - kill,
         "in_flight_at_kill": sum(1 for o in outs if o.in_flight_at(kill)),
+        "victim_processing": drill.engine_kill["victim_processing"],  # its own last report
         "sent_while_down": len(down), "errors_while_down": dict(Counter(c for o in down if (c := classify(o)) is not None)),
     }
 
@@ -397,7 +408,8 @@ def table(s: dict[str, Any]) -> str:
                         f"{'':>7} {'':>7}  {errors}")
     rows.append("")
     if e := s["engine"]:
-        rows.append(f"engine SIGKILL: {e['in_flight_at_kill']} engine streams in flight, the replica ready again after "
+        rows.append(f"engine SIGKILL: {e['in_flight_at_kill']} engine streams in flight ({e['victim_processing']:.0f} on "
+                    f"the victim by its last report), the replica ready again after "
                     f"{e['restart_s']:.1f} s; {e['sent_while_down']} streams sent meanwhile, errors among them: "
                     f"{sum(e['errors_while_down'].values())}")
     rows.append(f"{s['replicas']} replicas behind {s['balancer']}, {s['rate']:g} req/s offered open loop "
@@ -427,18 +439,16 @@ def main() -> int:
     parser.add_argument("--phase", type=float, default=20.0, help="seconds per fault phase")
     parser.add_argument("--drain-delay", type=float, default=5.0, help="server.drain_delay_s of the replicas")
     parser.add_argument("--balancer", choices=BALANCERS, default="nginx")
-    parser.add_argument("--engine", action=argparse.BooleanOptionalAction, default=None,
-                        help="the engine SIGKILL phase (default: on, except in --short)")
+    parser.add_argument("--engine", action=argparse.BooleanOptionalAction, default=True,
+                        help="the engine SIGKILL phase (needs the bundled engine)")
     parser.add_argument("--engine-rate", type=float, default=2.0, help="engine streams a second in its phase")
-    parser.add_argument("--engine-tokens", type=int, default=16, help="max_tokens of an engine stream")
+    parser.add_argument("--engine-tokens", type=int, default=32, help="max_tokens of an engine stream")
     parser.add_argument("--short", action="store_true", help="CI's form: 50 req/s, 5 s phases")
     parser.add_argument("--json", type=Path, help="write the summary here too")
     parser.add_argument("--keep", action="store_true", help="keep the run's directory (logs, configs)")
     args = parser.parse_args()
     if args.short:
         args.rate, args.phase = 50.0, 5.0
-    if args.engine is None:
-        args.engine = not args.short
     workdir = Path(tempfile.mkdtemp(prefix="fault-drill-"))
     drill = Drill(args, workdir)
     try:
