@@ -1,22 +1,30 @@
-"""The fault drill: gateway replicas behind nginx (deploy/nginx.conf) sharing a private Redis and a
-private PostgreSQL that the drill starts itself (never the machine's shared ones), in front of a
-faulty fake upstream (5xx, connection resets, slow first bytes, mid-stream cuts) and two healthy
-ones, under open-loop load with streams, through a timeline of faults:
+"""The fault drill: gateway replicas behind a balancer (nginx with deploy/nginx.conf, or HAProxy with
+deploy/haproxy.cfg) sharing a private Redis and a private PostgreSQL that the drill starts itself
+(never the machine's shared ones), in front of a faulty fake upstream (5xx, connection resets, slow
+first bytes, mid-stream cuts) and two healthy ones, under open-loop load with streams, through a
+timeline of faults:
 
     upstream SIGKILL and return   one healthy upstream dies, comes back half a phase later
     Redis SIGKILL and restart     the shared routing state goes away, comes back empty
     PostgreSQL immediate stop     `pg_ctl stop -m immediate`, started again 3 s later
+    engine SIGKILL                (--no-engine: none) each replica also runs the bundled llama-server engine
+                                  (2 engine replicas); streams go to it through the phase, and one
+                                  engine replica of the first gateway is SIGKILLed a third in (once
+                                  it reports a stream in flight); the gateway restarts it
     rolling restart               SIGTERM, wait for the exit, start again, for every replica in turn
 
 It prints, per phase, the requests sent, the client-visible errors by cause, latency p50/p99 and
 what each phase added over the baseline's; then request records written against requests
 answered (every answered request's x-request-id must have exactly one row). A healthy candidate
-exists throughout, so the target is 0 errors, except for a stream the faulty upstream cut after
-its first event: a committed stream cannot move to another endpoint, and ends with an error event.
+exists throughout, so the target is 0 errors, except for a stream cut after its first event (by
+the faulty upstream, or on the killed engine): a committed stream cannot move to another endpoint,
+and ends with an error event. The engine's streams are counted apart (their own row), and the load
+generator's achieved rate is printed against the offered one (a starved generator offers less).
 
     python bench/fault_drill.py                    # 2 replicas, 200 req/s, 30% streams, 20 s phases
-    python bench/fault_drill.py --short            # CI's form: 50 req/s, 5 s phases (~45 s in all)
+    python bench/fault_drill.py --short            # CI's form: 50 req/s, 5 s phases (~50 s of load)
     python bench/fault_drill.py --json out.json    # also write the figures (tests/ops/test_fault_drill.py)
+    python bench/fault_drill.py --balancer haproxy --no-engine
 """
 
 from __future__ import annotations
@@ -40,10 +48,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx  # noqa: E402
 import yaml  # noqa: E402
 
-from tests.ops.cluster import ROOT, FakeUpstream, Gateway, Nginx, Postgres, Redis, free_port  # noqa: E402
+from tests.ops.cluster import (  # noqa: E402
+    BALANCERS,
+    ROOT,
+    FakeUpstream,
+    Gateway,
+    Postgres,
+    Redis,
+    free_port,
+    make_balancer,
+)
 from tests.ops.load import Load, Outcome  # noqa: E402
 
 KEY = "sk-fault-drill-0001"
+ADMIN_KEY = "sk-fault-drill-admin-0002"
+ENGINE_MODEL = "smollm2-135m-instruct"
 PROMPT = "the fault drill asks for a short answer"
 # The faulty upstream: shares of its requests that fail, and how.
 FAULTS = ["0.2=status:500", "0.05=reset", "0.05=slow:3", "0.05=cut:3"]
@@ -52,18 +71,27 @@ CUT_AFTER_COMMIT = "stream cut after commit"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def config(upstreams: dict[str, FakeUpstream], redis: Redis, pg: Postgres, drain_delay: float) -> dict[str, Any]:
+def config(upstreams: dict[str, FakeUpstream], redis: Redis, pg: Postgres, drain_delay: float,
+           engine: bool) -> dict[str, Any]:
+    # The engine: two replicas of the shipped SmolLM2 per gateway, one thread each (a small model
+    # and a few streams a second; more threads would fight the drill's other processes), 4 slots
+    # each, so the survivor of a kill takes the victim's streams without queueing them.
+    engines = [{"name": "local", "model": "smollm2", "served_model_name": ENGINE_MODEL, "replicas": 2,
+                "n_ctx": 1024, "parallel": 4, "n_threads": 1, "restart_backoff_initial": 0.5}]
+    # First byte within 1 s: the faulty upstream's 3 s stalls time out and move on. With the engine,
+    # 2 s (still under the stall): its first token on a CPU the drill saturates took over 1 s (a 504).
+    first_byte = 2.0 if engine else 1.0
     return {
         "server": {"shutdown_timeout_s": 15, "drain_delay_s": drain_delay, "log_level": "warning"},
-        "auth": {"keys": [{"name": "drill", "key": KEY}]},
-        # First byte within 1 s: the faulty upstream's 3 s stalls time out and move on.
-        "timeouts": {"connect": 0.5, "first_byte": 1.0, "between_chunks": 2.0, "total": 30.0},
+        "auth": {"keys": [{"name": "drill", "key": KEY}], "admin_key": ADMIN_KEY},
+        "timeouts": {"connect": 0.5, "first_byte": first_byte, "between_chunks": 2.0, "total": 30.0},
         "retry": {"attempts_per_endpoint": 1, "max_attempts": 4, "backoff_base": 0.01, "backoff_max": 0.05},
         "state_store": {"backend": "redis", "url": redis.url, "key_prefix": "drill:"},
         "persistence": {"enabled": True, "flush_interval": 0.2},
         "database": {"url": pg.url},
         "providers": [{"name": name, "kind": "openai", "base_url": up.url} for name, up in upstreams.items()],
         "deployments": [{"model": "m", "provider": name, "upstream_model": "m"} for name in upstreams],
+        "engines": engines if engine else [],
     }
 
 
@@ -79,15 +107,18 @@ class Drill:
             "healthy-b": FakeUpstream("healthy-b", free_port(), workdir, ["--chunk-delay", "0.02"]),
         }
         path = workdir / "gateway.yaml"
-        path.write_text(yaml.safe_dump(config(self.upstreams, self.redis, self.pg, args.drain_delay)))
+        path.write_text(yaml.safe_dump(config(self.upstreams, self.redis, self.pg, args.drain_delay, args.engine)))
         self.config = path
         self.gateways = [
             Gateway(f"gw{i}", path, free_port(), workdir, {"GW_PERSISTENCE__SPILL_PATH": str(workdir / f"spill{i}.jsonl")})
             for i in range(args.replicas)
         ]
-        self.nginx = Nginx(free_port(), [g.port for g in self.gateways], workdir)
+        self.balancer = make_balancer(args.balancer, free_port(), [g.port for g in self.gateways], workdir)
         self.phases: list[tuple[str, float]] = []  # (name, start)
         self.notes: list[str] = []
+        self.engine_outcomes: list[Outcome] = []
+        self.engine_kill: dict[str, float] = {}  # monotonic times: the SIGKILL, the restarted replica ready
+        self.loadgen_cores = 0.0  # the drill's own CPU during the load (the generator and its SDK clients)
 
     def start(self) -> None:
         self.redis.start().wait_ready()
@@ -101,10 +132,12 @@ class Drill:
         for gw in self.gateways:
             gw.start()
         self.startup_s = max(gw.wait_ready(180) for gw in self.gateways)
-        self.nginx.start().wait_ready()
+        self.balancer.start().wait_ready()
+        for gw in self.gateways:
+            self.balancer.wait_in_rotation(gw.port, 60)
 
     def stop(self) -> None:
-        for proc in (self.nginx, *self.gateways, *self.upstreams.values(), self.redis):
+        for proc in (self.balancer, *self.gateways, *self.upstreams.values(), self.redis):
             proc.stop(grace=30)
         self.pg.cleanup()
 
@@ -156,6 +189,10 @@ class Drill:
         await asyncio.to_thread(self.pg.start)
         await asyncio.sleep(max(0.0, phase - 3.0))
 
+        if self.args.engine:
+            self.mark("engine SIGKILL")
+            await self.engine_phase(phase)
+
         self.mark("rolling restart")
         restart_timeout = max(60.0, 10 * self.startup_s)
         for gw in self.gateways:
@@ -165,14 +202,54 @@ class Drill:
                 self.notes.append(f"{gw.name} exited with {rc} on SIGTERM")
             gw.start()
             await asyncio.to_thread(gw.wait_ready, restart_timeout)
+            await asyncio.to_thread(self.balancer.wait_in_rotation, gw.port, restart_timeout)
             await asyncio.sleep(1.0)
         self.mark("after")
         await asyncio.sleep(phase / 2)
         stop.set()
 
+    def engine_replicas(self, gw: Gateway) -> list[dict[str, Any]]:
+        r = httpx.get(gw.url + "/admin/api/engines", headers={"authorization": f"Bearer {ADMIN_KEY}"}, timeout=5)
+        r.raise_for_status()
+        (engine,) = r.json()["data"]
+        return list(engine["replicas"])
+
+    async def engine_phase(self, phase: float) -> None:
+        """Streams to the engine through the whole phase; a third in, SIGKILL of the first gateway's
+        engine replica 0 (when it has a stream in flight), then wait for its supervisor to have
+        restarted it (ready, one restart more)."""
+        stop = asyncio.Event()
+        load = Load(self.balancer.url, KEY, ENGINE_MODEL, self.args.engine_rate, stream_share=1.0, timeout=60,
+                    prompt=PROMPT, max_tokens=self.args.engine_tokens, outcomes=self.engine_outcomes)
+        traffic = asyncio.create_task(load.run(3600, stop))
+        start = time.monotonic()
+        await asyncio.sleep(phase / 3)
+        gw = self.gateways[0]
+        # The kill, once the victim reports a stream in flight (its load, polled by the supervisor),
+        # or a third of the phase later anyway.
+        deadline = time.monotonic() + phase / 3
+        while True:
+            before = (await asyncio.to_thread(self.engine_replicas, gw))[0]
+            if (before["load"] or {}).get("processing", 0) > 0 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        self.engine_kill["sigkill"] = time.monotonic()
+        self.engine_kill["victim_processing"] = float((before["load"] or {}).get("processing", 0))
+        os.kill(before["pid"], signal.SIGKILL)
+
+        def back() -> bool:
+            now = self.engine_replicas(gw)[0]
+            return bool(now["state"] == "ready" and now["restarts"] > before["restarts"] and now["pid"] != before["pid"])
+
+        await asyncio.to_thread(gw.wait_until, back, 120, "serving with its engine replica restarted")
+        self.engine_kill["ready"] = time.monotonic()
+        await asyncio.sleep(max(1.0, phase - (self.engine_kill["ready"] - start)))
+        stop.set()
+        await traffic
+
     async def run_load(self) -> list[Outcome]:
         stop = asyncio.Event()
-        load = Load(self.nginx.url, KEY, "m", self.args.rate, stream_share=self.args.streams, timeout=60, prompt=PROMPT)
+        load = Load(self.balancer.url, KEY, "m", self.args.rate, stream_share=self.args.streams, timeout=60, prompt=PROMPT)
         outcomes, _ = await asyncio.gather(load.run(3600, stop), self.timeline(stop))
         return outcomes
 
@@ -195,13 +272,25 @@ def redis_info(port: int) -> dict[str, float]:
 def cpu_s(pid: int) -> float:
     """utime + stime of the process and its waited-for children (the persistence worker is not waited for)."""
     total = 0.0
-    for p in [pid, *children(pid)]:
+    for p in gateway_tree(pid):
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         total += (int(fields[11]) + int(fields[12])) / CLK_TCK
     return total
+
+
+def gateway_tree(pid: int) -> list[int]:
+    """The gateway and its children but its engines (the persistence worker is the gateway's)."""
+    return [pid, *(c for c in children(pid) if not _comm(c).startswith("llama-server"))]
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def children(pid: int) -> list[int]:
@@ -213,7 +302,7 @@ def children(pid: int) -> list[int]:
 
 def tree_rss_mb(pid: int) -> float:
     total = 0.0
-    for p in [pid, *children(pid)]:
+    for p in gateway_tree(pid):
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
@@ -253,6 +342,23 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
+def engine_summary(drill: Drill) -> dict[str, Any]:
+    """The engine's streams: errors by cause, latency, and what the SIGKILL did (restart time, what
+    was in flight on it, what was sent while it was down)."""
+    outs = drill.engine_outcomes
+    kill, ready = drill.engine_kill["sigkill"], drill.engine_kill["ready"]
+    down = [o for o in outs if kill <= o.start < ready]
+    ok = [(o.end - o.start) * 1000 for o in outs if o.ok]
+    return {
+        "sent": len(outs), "answered": sum(1 for o in outs if o.ok),
+        "errors": dict(Counter(c for o in outs if (c := classify(o)) is not None)),
+        "p50_ms": pct(ok, 0.5), "p99_ms": pct(ok, 0.99), "restart_s": ready - kill,
+        "in_flight_at_kill": sum(1 for o in outs if o.in_flight_at(kill)),
+        "victim_processing": drill.engine_kill["victim_processing"],  # its own last report
+        "sent_while_down": len(down), "errors_while_down": dict(Counter(c for o in down if (c := classify(o)) is not None)),
+    }
+
+
 def summarize(drill: Drill, outcomes: list[Outcome], records: Counter[str], faults: dict[str, int]) -> dict[str, Any]:
     bounds = [*drill.phases, ("end", float("inf"))]
     phases = []
@@ -262,24 +368,31 @@ def summarize(drill: Drill, outcomes: list[Outcome], records: Counter[str], faul
         ok = [(o.end - o.start) * 1000 for o in mine if o.ok]
         errors = Counter(c for o in outcomes if start <= o.end < end and (c := classify(o)) is not None)
         phases.append({"phase": name, "sent": len(mine), "errors": dict(errors), "p50_ms": pct(ok, 0.5),
-                       "p99_ms": pct(ok, 0.99)})
+                       "p99_ms": pct(ok, 0.99), "start_lag_p99_ms": pct([(o.start - o.due) * 1000 for o in mine], 0.99)})
     base = phases[0]
     for p in phases:
         p["added_p50_ms"] = p["p50_ms"] - base["p50_ms"]
         p["added_p99_ms"] = p["p99_ms"] - base["p99_ms"]
-    answered = {o.request_id for o in outcomes if o.ok}
-    sent = {o.request_id for o in outcomes}
-    errors = Counter(c for o in outcomes if (c := classify(o)) is not None)
+    everything = outcomes + drill.engine_outcomes
+    answered = {o.request_id for o in everything if o.ok}
+    sent = {o.request_id for o in everything}
+    errors = Counter(c for o in everything if (c := classify(o)) is not None)
+    duration = (outcomes[-1].start - outcomes[0].start) if len(outcomes) > 1 else 0.0
     return {
         "rate": drill.args.rate, "replicas": drill.args.replicas, "streams": drill.args.streams,
-        "duration_s": (outcomes[-1].start - outcomes[0].start) if outcomes else 0.0,
+        "balancer": drill.args.balancer, "duration_s": duration,
+        # The generator keeps its schedule (open loop) unless its own CPU runs out: then it starts late.
+        "achieved_rate": (len(outcomes) - 1) / duration if duration else 0.0,
+        "start_lag_p99_ms": pct([(o.start - o.due) * 1000 for o in outcomes], 0.99),
+        "loadgen_cores": drill.loadgen_cores,
+        "engine": engine_summary(drill) if drill.args.engine else None,
         "sent": len(sent), "answered": len(answered), "errors": dict(errors),
         "avoidable_errors": sum(n for c, n in errors.items() if c != CUT_AFTER_COMMIT),
         "records": sum(records[i] for i in sent), "answered_without_record": len(answered - records.keys()),
         "duplicates": sum(1 for i in sent if records[i] > 1),
         "injected": faults, "phases": phases, "notes": drill.notes,
         "per_request": costs(drill, outcomes),
-        "error_samples": [{"cause": classify(o), "stream": o.stream, "detail": o.detail} for o in outcomes if o.cause][:20],
+        "error_samples": [{"cause": classify(o), "stream": o.stream, "detail": o.detail} for o in everything if o.cause][:20],
     }
 
 
@@ -289,8 +402,19 @@ def table(s: dict[str, Any]) -> str:
         errors = ", ".join(f"{c}: {n}" for c, n in sorted(p["errors"].items())) or "0"
         rows.append(f"{p['phase']:<26} {p['sent']:>6} {p['p50_ms']:>8.1f} {p['p99_ms']:>8.1f} "
                     f"{p['added_p50_ms']:>+7.1f} {p['added_p99_ms']:>+7.1f}  {errors}")
+        if p["phase"] == "engine SIGKILL" and (e := s["engine"]):
+            errors = ", ".join(f"{c}: {n}" for c, n in sorted(e["errors"].items())) or "0"
+            rows.append(f"{'  its engine streams':<26} {e['sent']:>6} {e['p50_ms']:>8.1f} {e['p99_ms']:>8.1f} "
+                        f"{'':>7} {'':>7}  {errors}")
     rows.append("")
-    rows.append(f"{s['replicas']} replicas, {s['rate']:g} req/s open loop, {s['streams']:.0%} streams, "
+    if e := s["engine"]:
+        rows.append(f"engine SIGKILL: {e['in_flight_at_kill']} engine streams in flight ({e['victim_processing']:.0f} on "
+                    f"the victim by its last report), the replica ready again after "
+                    f"{e['restart_s']:.1f} s; {e['sent_while_down']} streams sent meanwhile, errors among them: "
+                    f"{sum(e['errors_while_down'].values())}")
+    rows.append(f"{s['replicas']} replicas behind {s['balancer']}, {s['rate']:g} req/s offered open loop "
+                f"({s['achieved_rate']:.1f} achieved, start lag p99 {s['start_lag_p99_ms']:.0f} ms, the load generator "
+                f"using {s['loadgen_cores']:.2f} cores), {s['streams']:.0%} streams, "
                 f"{s['duration_s']:.0f} s: {s['sent']} sent, {s['answered']} answered, "
                 f"{s['avoidable_errors']} errors with a healthy candidate, "
                 f"{s['errors'].get(CUT_AFTER_COMMIT, 0)} streams cut after commit")
@@ -314,6 +438,11 @@ def main() -> int:
     parser.add_argument("--streams", type=float, default=0.3, help="share of streamed requests")
     parser.add_argument("--phase", type=float, default=20.0, help="seconds per fault phase")
     parser.add_argument("--drain-delay", type=float, default=5.0, help="server.drain_delay_s of the replicas")
+    parser.add_argument("--balancer", choices=BALANCERS, default="nginx")
+    parser.add_argument("--engine", action=argparse.BooleanOptionalAction, default=True,
+                        help="the engine SIGKILL phase (needs the bundled engine)")
+    parser.add_argument("--engine-rate", type=float, default=2.0, help="engine streams a second in its phase")
+    parser.add_argument("--engine-tokens", type=int, default=32, help="max_tokens of an engine stream")
     parser.add_argument("--short", action="store_true", help="CI's form: 50 req/s, 5 s phases")
     parser.add_argument("--json", type=Path, help="write the summary here too")
     parser.add_argument("--keep", action="store_true", help="keep the run's directory (logs, configs)")
@@ -325,7 +454,10 @@ def main() -> int:
     try:
         print(f"fault drill in {workdir}", flush=True)
         drill.start()
+        cpu, wall = os.times(), time.monotonic()
         outcomes = asyncio.run(drill.run_load())
+        done = os.times()
+        drill.loadgen_cores = (done.user + done.system - cpu.user - cpu.system) / (time.monotonic() - wall)
         faults = httpx.get(f"http://127.0.0.1:{drill.upstreams['faulty'].port}/_faults", timeout=5).json()
         for gw in drill.gateways:  # each flushes its queued records on the way out
             gw.stop(grace=30)
@@ -333,7 +465,7 @@ def main() -> int:
             drill.pg.start()
         summary = summarize(drill, outcomes, drill.records(), faults)
     except BaseException:
-        for proc in (*drill.gateways, drill.nginx):
+        for proc in (*drill.gateways, drill.balancer):
             print(f"--- {proc.name} log tail:\n{proc.log_tail()}", file=sys.stderr)
         raise
     finally:

@@ -11,8 +11,10 @@ apt_install() {
 }
 # The dashboard's browser tests use Debian's chromium through Playwright (no browser download).
 [ -x /usr/bin/chromium ] || apt_install chromium
-# The rolling-restart tests and the fault drill put the replicas behind Debian's nginx (deploy/nginx.conf).
+# The rolling-restart tests and the fault drill put the replicas behind Debian's nginx (deploy/nginx.conf)
+# and HAProxy (deploy/haproxy.cfg).
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt_install nginx-light
+command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || apt_install haproxy
 # The Node SDK tests (tests/e2e/test_node_sdk.py) use the machine's Node.js and the pinned SDK.
 command -v npm >/dev/null || apt_install nodejs npm
 npm ci --prefix tests/e2e/node --no-audit --no-fund --loglevel=error

@@ -1,5 +1,5 @@
-"""Real processes for operations tests and the fault drill: gateway replicas (`gwctl serve`), nginx
-in front of them with deploy/nginx.conf, fake upstreams, and private Redis and PostgreSQL
+"""Real processes for operations tests and the fault drill: gateway replicas (`gwctl serve`), a
+balancer in front of them (nginx with deploy/nginx.conf, or HAProxy with deploy/haproxy.cfg), fake upstreams, and private Redis and PostgreSQL
 instances on free ports in a temporary directory (never the machine's shared ones).
 
 Every process runs in its own session, so `kill()` reaches whatever it started, and logs to a file
@@ -7,6 +7,7 @@ in the run's directory (`log_tail()` says why it died)."""
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import shutil
@@ -24,6 +25,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
 NGINX_CONF = ROOT / "deploy" / "nginx.conf"
+HAPROXY_CFG = ROOT / "deploy" / "haproxy.cfg"
+BALANCERS = ("nginx", "haproxy")
 
 
 def _pg_bin() -> Path:
@@ -43,8 +46,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def balancer_binary(kind: str) -> str | None:
+    """Debian's nginx or haproxy (in /usr/sbin, which a non-root PATH may lack)."""
+    return shutil.which(kind) or next((p for p in (f"/usr/sbin/{kind}",) if os.access(p, os.X_OK)), None)
+
+
 def nginx_binary() -> str | None:
-    return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None)
+    return balancer_binary("nginx")
 
 
 class Proc:
@@ -172,7 +180,30 @@ def render_nginx(listen_port: int, upstream_ports: Sequence[int], workdir: Path)
     return conf
 
 
-class Nginx(Proc):
+class Balancer(Proc):
+    """A balancer listening on `port` in front of the replicas on `upstream_ports`."""
+
+    port: int
+    url: str
+
+    def start(self) -> Balancer:
+        super().start()
+        return self
+
+    def in_rotation(self, port: int) -> bool:
+        """Whether the balancer sends new requests to the replica on `port`."""
+        return True
+
+    def wait_in_rotation(self, port: int, timeout: float) -> float:
+        return self.wait_until(lambda: self.in_rotation(port), timeout, f"sending to {port}")
+
+    def wait_ready(self, timeout: float = 15.0) -> float:
+        return self.wait_until(lambda: port_open(self.port), timeout, "listening")
+
+
+class Nginx(Balancer):
+    """nginx checks its upstreams passively: a replica that accepts connections is in rotation."""
+
     def __init__(self, port: int, upstream_ports: Sequence[int], workdir: Path) -> None:
         binary = nginx_binary()
         assert binary, "nginx is not installed (scripts/test.sh installs it)"
@@ -193,8 +224,57 @@ class Nginx(Proc):
         super().start()
         return self
 
-    def wait_ready(self, timeout: float = 15.0) -> float:
-        return self.wait_until(lambda: port_open(self.port), timeout, "listening")
+
+def render_haproxy(listen_port: int, upstream_ports: Sequence[int], workdir: Path) -> Path:
+    """deploy/haproxy.cfg with this run's replicas and port, and a stats socket for `in_rotation`."""
+    cfg = HAPROXY_CFG.read_text()
+    template = re.search(r"^(\s*)server-template gateway \d+ gateway:8080 .*$", cfg, re.MULTILINE)
+    assert template, "deploy/haproxy.cfg has no `server-template gateway N gateway:8080 ...` line"
+    servers = "\n".join(f"{template.group(1)}server gw{p} 127.0.0.1:{p}" for p in upstream_ports)
+    cfg = cfg[: template.start()] + servers + cfg[template.end():]
+    cfg, n = re.subn(r"^(\s*)bind :8080$", rf"\g<1>bind 127.0.0.1:{listen_port}", cfg, flags=re.MULTILINE)
+    assert n == 1, "deploy/haproxy.cfg has no `bind :8080`"
+    cfg, n = re.subn(r"^global$", f"global\n  stats socket {workdir}/haproxy.sock mode 600 level admin", cfg,
+                     flags=re.MULTILINE)
+    assert n == 1, "deploy/haproxy.cfg has no global section"
+    conf = workdir / "haproxy.cfg"
+    conf.write_text(cfg)
+    return conf
+
+
+class HAProxy(Balancer):
+    """HAProxy checks /readyz actively: a replica is in rotation once its server is UP."""
+
+    def __init__(self, port: int, upstream_ports: Sequence[int], workdir: Path) -> None:
+        binary = balancer_binary("haproxy")
+        assert binary, "haproxy is not installed (scripts/test.sh installs it)"
+        conf = render_haproxy(port, upstream_ports, workdir)
+        super().__init__("haproxy", [binary, "-db", "-f", str(conf)], workdir)  # -db: foreground
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.socket = workdir / "haproxy.sock"
+
+    def server_states(self) -> dict[str, str]:
+        """Server name -> status (UP, DOWN, ...), from the stats socket's `show stat`."""
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(2.0)
+            sock.connect(str(self.socket))
+            sock.sendall(b"show stat\n")
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        rows = csv.DictReader(data.decode().lstrip("# ").splitlines())
+        return {r["svname"]: r["status"] for r in rows if r["svname"] not in ("FRONTEND", "BACKEND")}
+
+    def in_rotation(self, port: int) -> bool:
+        return self.server_states().get(f"gw{port}", "").startswith("UP")
+
+
+def make_balancer(kind: str, port: int, upstream_ports: Sequence[int], workdir: Path) -> Balancer:
+    if kind == "haproxy":
+        return HAProxy(port, upstream_ports, workdir)
+    assert kind == "nginx", kind
+    return Nginx(port, upstream_ports, workdir)
 
 
 class Redis(Proc):

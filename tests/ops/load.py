@@ -25,6 +25,7 @@ class Outcome:
     cause: str | None = None  # None: answered in full (a stream: a finish_reason and the SDK saw its end)
     text: str = ""
     detail: str = ""  # the error's message, cut short
+    due: float = 0.0  # when the schedule wanted it started (start - due: the load generator's lag)
 
     @property
     def ok(self) -> bool:
@@ -63,6 +64,7 @@ class Load:
     stream_share: float = 0.3
     timeout: float = 30.0
     prompt: str = "hello there"
+    max_tokens: int | None = None  # sent when set (a local engine's answers are as long as this allows)
     outcomes: list[Outcome] = field(default_factory=list)
 
     def client(self) -> openai.AsyncOpenAI:
@@ -70,16 +72,19 @@ class Load:
         return openai.AsyncOpenAI(base_url=self.base_url + "/v1", api_key=self.key, max_retries=0,
                                   timeout=self.timeout, http_client=http)
 
-    async def one(self, client: openai.AsyncOpenAI, stream: bool, prompt: str | None = None) -> Outcome:
+    async def one(self, client: openai.AsyncOpenAI, stream: bool, prompt: str | None = None,
+                  due: float | None = None) -> Outcome:
         out = Outcome(uuid.uuid4().hex, stream, time.monotonic())
+        out.due = out.start if due is None else due
         self.outcomes.append(out)
         messages = [{"role": "user", "content": prompt or self.prompt}]
         headers = {"x-request-id": out.request_id}
+        limit = openai.omit if self.max_tokens is None else self.max_tokens
         try:
             if stream:
                 finished = None
                 chunks = await client.chat.completions.create(model=self.model, messages=messages,  # type: ignore[arg-type]
-                                                              stream=True, extra_headers=headers)
+                                                              stream=True, extra_headers=headers, max_tokens=limit)
                 async for chunk in chunks:
                     for choice in chunk.choices:
                         out.text += choice.delta.content or ""
@@ -88,7 +93,7 @@ class Load:
                     out.cause = "no finish_reason"
             else:
                 answer = await client.chat.completions.create(model=self.model, messages=messages,  # type: ignore[arg-type]
-                                                              extra_headers=headers)
+                                                              extra_headers=headers, max_tokens=limit)
                 out.text = answer.choices[0].message.content or ""
         except Exception as exc:  # noqa: BLE001 - every client-visible failure is an outcome
             out.cause = cause_of(exc)
@@ -109,7 +114,7 @@ class Load:
                 if due - start >= duration or (stop is not None and stop.is_set()):
                     break
                 await asyncio.sleep(max(0.0, due - time.monotonic()))
-                task = asyncio.create_task(self.one(client, next(streams)))
+                task = asyncio.create_task(self.one(client, next(streams), due=due))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
             if tasks:

@@ -1,5 +1,6 @@
-"""Two gateway replicas (real `gwctl serve` processes) behind nginx running deploy/nginx.conf, a
-fake upstream behind them, open-loop load through the openai SDK the whole time:
+"""Two gateway replicas (real `gwctl serve` processes) behind a real balancer, a fake upstream
+behind them, open-loop load through the openai SDK the whole time; every test runs behind nginx
+(deploy/nginx.conf, passive checks) and behind HAProxy (deploy/haproxy.cfg, /readyz polled):
 
 - a rolling SIGTERM restart of every replica loses no request: each replica turns /readyz unready
   at once, keeps answering through `server.drain_delay_s` (its responses closing their
@@ -22,26 +23,21 @@ import httpx
 import pytest
 import yaml
 
-from tests.ops.cluster import FakeUpstream, Gateway, Nginx, free_port, nginx_binary
+from tests.ops.cluster import BALANCERS, FakeUpstream, Gateway, balancer_binary, free_port, make_balancer
 from tests.ops.load import Load, Outcome, causes
 from tests.services import require
 
 KEY = "sk-rolling-restart-01"
 RATE = 12.0
-DRAIN_DELAY = 5.0  # over deploy/nginx.conf's upstream keepalive_timeout (4 s)
+DRAIN_DELAY = 5.0  # over nginx's upstream keepalive_timeout (4 s) and HAProxy's 2 failed checks a second apart
 SHUTDOWN = 10.0
 CHUNK_DELAY = 0.1
 # The fake upstream echoes the prompt word by word: about ten events a stream, CHUNK_DELAY apart.
 PROMPT = "please tell me about rolling restarts behind a balancer"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _nginx_installed() -> None:
-    require(nginx_binary() is not None, "nginx is not installed (scripts/test.sh installs nginx-light)")
-
-
 class Cluster:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, balancer: str) -> None:
         self.tmp = tmp
         self.upstream = FakeUpstream("upstream", free_port(), tmp, ["--chunk-delay", str(CHUNK_DELAY)])
         config = {
@@ -53,7 +49,7 @@ class Cluster:
         path = tmp / "gateway.yaml"
         path.write_text(yaml.safe_dump(config))
         self.gateways = [Gateway(f"gw{i}", path, free_port(), tmp) for i in range(2)]
-        self.nginx = Nginx(free_port(), [g.port for g in self.gateways], tmp)
+        self.balancer = make_balancer(balancer, free_port(), [g.port for g in self.gateways], tmp)
         self.startup_s = 0.0
 
     def start(self) -> Cluster:
@@ -61,20 +57,25 @@ class Cluster:
         for gw in self.gateways:
             gw.start()
         self.startup_s = max(gw.wait_ready(120) for gw in self.gateways)
-        self.nginx.start().wait_ready()
+        self.balancer.start().wait_ready()
+        for gw in self.gateways:
+            self.balancer.wait_in_rotation(gw.port, 30)
         return self
 
     def stop(self) -> None:
-        for proc in (self.nginx, *self.gateways, self.upstream):
+        for proc in (self.balancer, *self.gateways, self.upstream):
             proc.stop(grace=SHUTDOWN + DRAIN_DELAY + 5)
 
     def load(self, timeout: float) -> Load:
-        return Load(self.nginx.url, KEY, "m", RATE, stream_share=0.4, timeout=timeout, prompt=PROMPT)
+        return Load(self.balancer.url, KEY, "m", RATE, stream_share=0.4, timeout=timeout, prompt=PROMPT)
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("rolling"))
+@pytest.fixture(scope="module", params=BALANCERS)
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    kind = str(request.param)
+    # Debian's nginx-light and haproxy: scripts/test.sh installs both; under CI a missing one fails.
+    require(balancer_binary(kind) is not None, f"{kind} is not installed (scripts/test.sh installs it)")
+    c = Cluster(tmp_path_factory.mktemp(f"rolling-{kind}"), kind)
     try:
         yield c.start()
     finally:
@@ -128,7 +129,10 @@ def test_a_rolling_sigterm_restart_of_every_replica_loses_no_request(cluster: Cl
             gw.start()
             await asyncio.to_thread(gw.wait_ready, restart_timeout)
             events[f"{gw.name} ready"] = time.monotonic()
-            await asyncio.sleep(1.0)  # nginx's fail_timeout passes for the replica that refused
+            # Back in rotation before the next replica drains (HAProxy: its next /readyz check;
+            # nginx: at once), and a second more of load through both.
+            await asyncio.to_thread(cluster.balancer.wait_in_rotation, gw.port, restart_timeout)
+            await asyncio.sleep(1.0)
         await asyncio.sleep(1.0)
         stop.set()
 
@@ -162,7 +166,7 @@ def test_sigkill_of_one_replica_loses_only_its_in_flight_requests(cluster: Clust
         load = cluster.load(request_timeout)
         # Long streams started just before the kill, round-robined over both replicas: some are on
         # the victim when it dies.
-        long = Load(cluster.nginx.url, KEY, "m", RATE, timeout=request_timeout)
+        long = Load(cluster.balancer.url, KEY, "m", RATE, timeout=request_timeout)
         client = long.client()
 
         async def kill() -> list[Outcome]:
@@ -190,6 +194,7 @@ def test_sigkill_of_one_replica_loses_only_its_in_flight_requests(cluster: Clust
         victim.kill()
         victim.start()
         victim.wait_ready(max(60.0, 10 * cluster.startup_s))
+        cluster.balancer.wait_in_rotation(victim.port, 60)
     t_kill, t_dead = killed_at
     _check_answers(outcomes)
     # Only what was in flight between the signal and the victim's exit failed; everything that
