@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletionMessage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -149,6 +150,7 @@ def ask(
     client: openai.OpenAI, model: str, prompt: str, *, stream: bool, extra: dict[str, Any]
 ) -> list[tuple[str, str]]:
     """The (name, arguments) of every call in the answer."""
+    message: ChatCompletionMessage
     if stream:
         with client.chat.completions.stream(
             model=model, messages=messages(prompt), tools=TOOLS, max_tokens=MAX_TOKENS, **extra
@@ -167,7 +169,7 @@ def ask(
             .choices[0]
             .message
         )
-    return [(c.function.name, c.function.arguments) for c in message.tool_calls or ()]
+    return [(c.function.name, c.function.arguments) for c in message.tool_calls or () if c.type == "function"]
 
 
 def auto_round(client: openai.OpenAI, model: str, *, stream: bool, extra: dict[str, Any]) -> dict[str, Any]:
