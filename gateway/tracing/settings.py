@@ -23,8 +23,11 @@ class TracingConfig(Frozen):
     # The share of traces recorded among those that start here. A trusted client's traceparent
     # decides for its own trace (its sampled flag), as W3C parent-based sampling does.
     sample_ratio: float = Field(1.0, ge=0, le=1, allow_inf_nan=False)
-    # Take the client's `traceparent` as the gateway span's parent. Off: every request starts a trace.
-    trust_incoming: bool = True
+    # Take the client's `traceparent` as the gateway span's parent, its sampled flag included. Off by
+    # default: clients are untrusted, and one that may set the flag hides its requests from traces
+    # (-00) or forces every one recorded (-01) and writes into any trace id. Turn it on when only
+    # your own services (which send their own trace context) reach the gateway.
+    trust_incoming: bool = False
     # One export's limit; the batch processor's queue (spans past it are dropped, never waited for),
     # batch size and interval.
     compression: Literal["gzip", "none"] = "gzip"

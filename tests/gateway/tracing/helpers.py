@@ -20,6 +20,7 @@ TRACEPARENT = f"00-{TRACE_ID}-{CLIENT_SPAN}-01"
 
 def in_memory(clock: Callable[[], float], **cfg: Any) -> tuple[Tracing, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
+    cfg.setdefault("trust_incoming", True)  # most tests follow a client's trace; the default is off
     return build_tracing(TracingConfig(enabled=True, **cfg), clock=clock, exporter=exporter), exporter
 
 

@@ -51,7 +51,7 @@ def settings_for(upstream: FakeOpenAIUpstream, **tracing: Any) -> Settings:
             {"model": "fallback-500", "provider": "fake-b", "upstream_model": "b-ok"},
             {"model": "cut-stream", "provider": "fake-a", "upstream_model": "cut@cut:2"},
         ],
-        tracing=tracing,
+        tracing={"trust_incoming": True, **tracing},
     )
 
 

@@ -19,6 +19,7 @@ from gateway.pipeline.outcome import Completed, Streaming
 from gateway.pipeline.stream import relay
 from gateway.routing.order import Ordering
 from gateway.routing.settings import RetryConfig
+from gateway.tracing.settings import TracingConfig
 from kernel.deployment import Price
 from kernel.errors import ProviderError, ProviderStreamError, RateLimited
 from kernel.records import RequestRecord
@@ -296,6 +297,17 @@ async def test_an_untrusted_incoming_traceparent_is_ignored() -> None:
     gw = Gateway(Upstreams(a=[ok]), trust_incoming=False)
 
     await gw.complete(gw.context())
+
+    [server] = of_kind(gw.spans(), SpanKind.SERVER)
+    assert server.parent is None and trace_id(server) != TRACE_ID
+
+
+async def test_by_default_a_client_cannot_hide_its_requests_from_traces() -> None:
+    # trust_incoming is off by default: a client's "not sampled" flag (-00) decides nothing.
+    exporter_cfg = TracingConfig().model_dump()
+    gw = Gateway(Upstreams(a=[ok]), trust_incoming=exporter_cfg["trust_incoming"])
+
+    await gw.complete(gw.context(traceparent=f"00-{TRACE_ID}-{CLIENT_SPAN}-00"))
 
     [server] = of_kind(gw.spans(), SpanKind.SERVER)
     assert server.parent is None and trace_id(server) != TRACE_ID

@@ -14,7 +14,7 @@ from kernel.errors import ConfigError
 def test_off_by_default() -> None:
     cfg = load_config(environ={}).tracing
     assert cfg == TracingConfig()
-    assert not cfg.enabled and cfg.sample_ratio == 1.0 and cfg.trust_incoming
+    assert not cfg.enabled and cfg.sample_ratio == 1.0 and not cfg.trust_incoming
 
 
 def test_from_the_environment() -> None:
