@@ -41,7 +41,11 @@ async def test_spans_reach_an_otlp_collector_over_http_protobuf() -> None:
     clock = FakeClock()
     async with FakeOTLPCollector() as collector:
         cfg = TracingConfig(
-            enabled=True, endpoint=collector.url, headers={"x-collector-key": COLLECTOR_KEY}, service_name="gw-test"
+            enabled=True,
+            endpoint=collector.url,
+            headers={"x-collector-key": COLLECTOR_KEY},
+            service_name="gw-test",
+            trust_incoming=True,
         )
         tracing = build_tracing(cfg, clock=clock)
         one_request(tracing.observer, clock)
