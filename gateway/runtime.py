@@ -4,9 +4,9 @@ one shutdown budget. The app's lifespan, `gwctl worker` and the tests all go thr
 
 Start: local engines → upstream client → state (`build_state`) → the shared view (first sync,
 then its loop) → persistence → probe scheduler. Close, in reverse: scheduler → tool-call monitor →
-persistence → the traces' last export → the state store's last push → limits → upstream client → engines. A new collaborator
-is built in `build_state`; if it runs or holds something, start it in `Runtime._start` and push its
-close right after (`_close`), where it belongs in that order."""
+persistence → the state store's last push → limits → the traces' last export → upstream client →
+engines. A new collaborator is built in `build_state`; if it runs or holds something, start it in
+`Runtime._start` and push its close right after (`_close`), where it belongs in that order."""
 
 from __future__ import annotations
 
@@ -309,6 +309,8 @@ class Runtime:
         client = self._make_client()  # inside the running loop: the client binds to it
         self._close(stack, "the upstream client", client.aclose, reserve=engine_stop)
         self.state = state = self._build(client=client)
+        if state.tracing is not None:  # its exporter thread runs from the build on (a failed start too)
+            self._close(stack, "the traces' export", state.tracing.aclose, reserve=engine_stop)
         if state.limits is not None:  # settlements in flight
             self._close(stack, "the limits' settlements", state.limits.aclose, reserve=engine_stop)
         shared = state.shared
@@ -321,8 +323,6 @@ class Runtime:
             lambda: shared.aclose(timeout=max(0.0, min(last_push, remaining() - engine_stop - 0.5))),
             reserve=engine_stop,
         )
-        if state.tracing is not None:  # the spans still queued, in one last export
-            self._close(stack, "the traces' export", state.tracing.aclose, reserve=later)
         if (persistence := state.persistence) is not None:
             await persistence.start(state.catalog, state.auth, state.health, limits=state.limits)
             # Flushes the record queue, spills what the database does not take.
