@@ -10,6 +10,7 @@ from gateway.routing.preferences import NO_PREFERENCES, ProviderPreferences
 from kernel.values import ClientApi, Operation, Usage
 
 if TYPE_CHECKING:
+    from gateway.pipeline.native import NativeRequest
     from gateway.routing.router import RouteTicket
 
 
@@ -24,6 +25,8 @@ class RequestContext:
     body: dict[str, Any] = field(default_factory=dict)
     model: str = ""
     stream: bool = False
+    # The client's own body, for endpoints that take its API as is (`gateway.pipeline.native`).
+    native: NativeRequest | None = None
     # The body's `provider` object, parsed once when the body is accepted (`accept`).
     prefs: ProviderPreferences = NO_PREFERENCES
     attempts: int = 0
