@@ -34,9 +34,9 @@ from gateway.http.openai_routes import (
     read_body,
     refuse,
 )
-from gateway.pipeline.context import RequestContext
+from gateway.pipeline.context import NativeRequest, RequestContext
 from gateway.pipeline.count import count_prompt, counting_endpoint
-from gateway.pipeline.native import PASSTHROUGH, NativeRequest
+from gateway.pipeline.native import PASSTHROUGH
 from gateway.pipeline.outcome import Completed
 from gateway.pipeline.resolve import resolve
 from gateway.pipeline.stream import Framing

@@ -10,33 +10,15 @@ Retries and fallback before the first byte work across both kinds of endpoint al
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kernel.deployment import NativeApi
+from gateway.pipeline.context import NativeRequest, RequestContext
 from providers.base import NativeAdapter, ParsedBody, StreamTranslator, UpstreamRequest
 from providers.call import open_call
 from providers.http import HTTPClient, Timeouts
 
 if TYPE_CHECKING:
     from gateway.catalog import Endpoint
-    from gateway.pipeline.context import RequestContext
-
-# The gateway's own extension of a body (routing preferences): never sent to an upstream as is.
-GATEWAY_FIELDS = ("provider",)
-
-
-@dataclass(frozen=True, slots=True)
-class NativeRequest:
-    api: NativeApi
-    body: Mapping[str, Any]
-    # The client's headers the API's adapter may forward (anthropic-beta); never its key.
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, api: NativeApi, body: Mapping[str, Any], headers: Mapping[str, str]) -> NativeRequest:
-        return cls(api, {k: v for k, v in body.items() if k not in GATEWAY_FIELDS}, headers)
 
 
 def _adapter(ctx: RequestContext, endpoint: Endpoint) -> tuple[NativeRequest, NativeAdapter] | None:
