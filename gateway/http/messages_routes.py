@@ -43,9 +43,9 @@ from gateway.pipeline.stream import Framing
 from gateway.pipeline.validate import _depth as check_depth
 from gateway.pipeline.validate import parse_json
 from gateway.state import AppState
-from gateway.translate.anthropic_request import ChatRequest, to_chat
+from gateway.translate.anthropic_request import ChatRequest, carried, to_chat
 from gateway.translate.anthropic_response import MessagesStream, new_message_id, to_message
-from kernel.errors import AuthenticationFailed, GatewayError, ProviderError
+from kernel.errors import AuthenticationFailed, GatewayError, ProviderError, UnsupportedParameter
 
 log = logging.getLogger("gateway.messages")
 
@@ -87,13 +87,31 @@ async def _send_error(send: Send, exc: GatewayError, headers: dict[str, str]) ->
 NATIVE_HEADERS = (b"anthropic-beta",)
 
 
-async def _read(state: AppState, scope: Scope, receive: Receive, *, counting: bool) -> tuple[dict[str, Any], ChatRequest]:
-    """The client's body (checked by its translation) and its chat view."""
+async def _body(state: AppState, scope: Scope, receive: Receive) -> dict[str, Any]:
     server = state.settings.server
     raw = await read_body(scope, receive, server.max_body_bytes)
     body = parse_json(raw)
     check_depth(body, server.max_json_depth)
-    return body, to_chat(body, counting=counting)
+    return body
+
+
+def _chat_view(body: dict[str, Any]) -> tuple[ChatRequest, UnsupportedParameter | None]:
+    """The chat view, and what the translation refused: such a request can still go, as it is, to
+    an endpoint that takes Messages natively (its view then leaves the refused parts out)."""
+    try:
+        return to_chat(body), None
+    except UnsupportedParameter as exc:
+        try:
+            return to_chat(carried(body)), exc
+        except GatewayError:
+            raise exc from None
+
+
+def _native_only(candidates: tuple[Endpoint, ...], refused: UnsupportedParameter) -> tuple[Endpoint, ...]:
+    kept = tuple(ep for ep in candidates if "messages" in ep.deployment.native)
+    if not kept:
+        raise refused
+    return kept
 
 
 def _native(scope: Scope, body: dict[str, Any]) -> NativeRequest:
@@ -124,10 +142,13 @@ class MessagesEndpoint(InferenceEndpoint):
             ctx.response_parts = []
         try:
             ctx.key_name = authenticate(state, scope)
-            body, request = await _read(state, scope, receive, counting=False)
+            body = await _body(state, scope, receive)
+            request, refused = _chat_view(body)
             ctx.body, ctx.model, ctx.stream, ctx.prefs = request.body, request.model, request.stream, request.prefs
             ctx.native = _native(scope, body)
             candidates = resolve(state.catalog, "chat", ctx.model, ctx.body)
+            if refused is not None:
+                candidates = _native_only(candidates, refused)
             result = await _until_disconnect(receive, _route_and_dispatch(state, ctx, candidates))
         except ClientGone:
             account_gone(state, ctx)
@@ -183,7 +204,7 @@ async def _count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
     try:
         ctx = RequestContext(request_id=headers["x-request-id"], op="chat", started=state.clock())
         ctx.key_name = authenticate(state, scope)
-        _, request = await _read(state, scope, receive, counting=True)
+        request = to_chat(await _body(state, scope, receive), counting=True)
         candidates = resolve(state.catalog, "chat", request.model, request.body)  # an unknown model is a 404
         if state.limits is not None:  # the key's allowed models and rpm bind counting too
             ctx.model = request.model

@@ -218,3 +218,21 @@ def test_fallback_from_a_translating_endpoint_to_a_native_one(client: anthropic.
     assert raw.headers["x-gateway-endpoint"] == "anth/reverse"
     assert [b.type for b in raw.parse().content] == ["thinking", "text"]
     assert [r.body for r in anth.requests] == [{"model": "claude-fake", **RICH}]
+
+
+DOCUMENT = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "A short note."}, "title": "note"}
+WITH_DOCUMENT: dict[str, Any] = {"max_tokens": 64, "messages": [{"role": "user", "content": [DOCUMENT, {"type": "text", "text": "Summarise"}]}]}
+
+
+def test_what_chat_cannot_carry_goes_only_to_endpoints_that_take_it_as_is(client: anthropic.Anthropic, anth: FakeAnthropicUpstream) -> None:
+    reply = client.messages.create(model="claude", **WITH_DOCUMENT)
+    assert reply.content[-1].text == REPLY_PREFIX + "Summarise"  # type: ignore[union-attr]
+    assert anth.requests[-1].body["messages"] == WITH_DOCUMENT["messages"]
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(model="claude-translated", **WITH_DOCUMENT)
+    assert "messages[0].content[0].type" in refused.value.message
+    anth.reset()
+    # Of a translating and a native deployment, the document goes to the native one, tried alone.
+    raw = client.messages.with_raw_response.create(model="reverse", **WITH_DOCUMENT)
+    assert raw.headers["x-gateway-endpoint"] == "anth/reverse" and raw.headers["x-gateway-attempts"] == "1"
+    assert [r.body["messages"] for r in anth.requests] == [WITH_DOCUMENT["messages"]]
