@@ -37,6 +37,7 @@ RICH: dict[str, Any] = {
     "service_tier": "auto",
 }
 HELLO = [{"role": "user", "content": "Say hello"}]
+BUDGET_KEY = "sk-gw-native-budget-0019"
 WEATHER = {
     "name": "get_weather",
     "input_schema": {
@@ -55,7 +56,7 @@ def _anth(model: str, upstream: str, *, native: bool = True) -> dict[str, Any]:
 def settings(anthropic_url: str, openai_url: str) -> Settings:
     return load_config(
         environ={ANTHROPIC_KEY_ENV: ANTHROPIC_KEY},
-        auth={"keys": [{"name": "plain", "key": GATEWAY_KEY}]},
+        auth={"keys": [{"name": "plain", "key": GATEWAY_KEY}, {"name": "budgeted", "key": BUDGET_KEY, "budget_usd": 1.0}]},
         timeouts=TIMEOUTS,
         retry=RETRY,
         breaker={"min_requests": 1000},
@@ -67,6 +68,7 @@ def settings(anthropic_url: str, openai_url: str) -> Settings:
             _anth("claude", "claude-fake"),
             _anth("claude-translated", "claude-fake", native=False),
             _anth("claude-usage", "claude-fake"),
+            {**_anth("claude-priced", "claude-fake"), "price": {"input": 0.0, "output": 1000.0}},  # $0.001 an output token
             _anth("claude-429", "c@status:429;retry-after=0"),
             _anth("claude-529", "c@status:529;retry-after=0"),
             # Listed first, so tried first: a failing native endpoint, then a translating one.
@@ -236,3 +238,12 @@ def test_what_chat_cannot_carry_goes_only_to_endpoints_that_take_it_as_is(client
     raw = client.messages.with_raw_response.create(model="reverse", **WITH_DOCUMENT)
     assert raw.headers["x-gateway-endpoint"] == "anth/reverse" and raw.headers["x-gateway-attempts"] == "1"
     assert [r.body["messages"] for r in anth.requests] == [WITH_DOCUMENT["messages"]]
+
+
+def test_a_budget_binds_native_requests_from_their_max_tokens(gateway: GatewayServer, anth: FakeAnthropicUpstream) -> None:
+    with anthropic.Anthropic(base_url=gateway.root, api_key=BUDGET_KEY, max_retries=0, timeout=10) as budgeted:
+        with pytest.raises(anthropic.RateLimitError):  # 2048 tokens at $0.001 could cost $2.05, over the $1.00 budget
+            budgeted.messages.create(model="claude-priced", max_tokens=2048, messages=HELLO)  # type: ignore[arg-type]
+        assert anth.requests == []
+        reply = budgeted.messages.create(model="claude-priced", max_tokens=500, messages=HELLO)  # type: ignore[arg-type]
+    assert reply.usage.output_tokens == 4 and len(anth.requests) == 1
