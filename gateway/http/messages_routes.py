@@ -8,7 +8,7 @@ view still drives routing, limits and affinity.
 
 Keys: the gateway's own, in `x-api-key` (what the SDK and Claude Code send with an API key) or as
 `Authorization: Bearer` (ANTHROPIC_AUTH_TOKEN). `anthropic-version` and `anthropic-beta` are accepted
-and change nothing. Errors are Anthropic's shape (`gateway.http.anthropic_errors`).
+(the betas go on to endpoints that take Messages as is). Errors are Anthropic's shape (`gateway.http.anthropic_errors`).
 """
 
 from __future__ import annotations
