@@ -69,6 +69,8 @@ def settings(anthropic_url: str, openai_url: str) -> Settings:
             _anth("claude-translated", "claude-fake", native=False),
             _anth("claude-usage", "claude-fake"),
             {**_anth("claude-priced", "claude-fake"), "price": {"input": 0.0, "output": 1000.0}},  # $0.001 an output token
+            _anth("claude-cut", "c@cut:4"),
+            _anth("claude-overloaded-event", "c@error-event:4"),
             _anth("claude-429", "c@status:429;retry-after=0"),
             _anth("claude-529", "c@status:529;retry-after=0"),
             # Listed first, so tried first: a failing native endpoint, then a translating one.
@@ -247,3 +249,14 @@ def test_a_budget_binds_native_requests_from_their_max_tokens(gateway: GatewaySe
         assert anth.requests == []
         reply = budgeted.messages.create(model="claude-priced", max_tokens=500, messages=HELLO)  # type: ignore[arg-type]
     assert reply.usage.output_tokens == 4 and len(anth.requests) == 1
+
+
+@pytest.mark.parametrize("model", ["claude-cut", "claude-overloaded-event"])
+def test_a_native_stream_cut_midway_raises_and_never_looks_finished(client: anthropic.Anthropic, model: str) -> None:
+    seen: list[str] = []
+    with pytest.raises(anthropic.APIStatusError):
+        with client.messages.stream(model=model, max_tokens=64, messages=HELLO) as stream:  # type: ignore[arg-type]
+            for event in stream:
+                seen.append(event.type)
+    assert "message_start" in seen and "text" in seen
+    assert "message_stop" not in seen and "message_delta" not in seen
