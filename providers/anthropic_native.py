@@ -31,10 +31,8 @@ OPAQUE = frozenset({b"content_block_delta", b"content_block_start", b"content_bl
 
 def native_body(target: Target, body: Mapping[str, Any], stream: bool) -> bytes:
     out = {**body, "model": target.upstream_model}
-    if stream:
-        out["stream"] = True
-    else:
-        out.pop("stream", None)
+    if bool(out.get("stream")) != stream:  # only where the caller's choice differs from the body's
+        out["stream"] = stream
     return orjson.dumps(out)
 
 
@@ -76,9 +74,9 @@ class NativeStream:
         kind = obj.get("type") if isinstance(obj, dict) else None
         if not name and isinstance(kind, str):  # an upstream that names events only in the data
             raw = b"event: " + kind.encode() + raw[len(b"event: ") :]
-        if kind == "message_start":
+        if kind == "message_start":  # its usage is exact for the prompt: no estimate needed from here on
             self._usage.update((obj.get("message") or {}).get("usage") or {})
-            return ParsedChunk([raw])
+            return ParsedChunk([raw], Usage.from_openai(chat_usage(self._usage)))
         if kind == "message_delta":
             self._usage.update({k: v for k, v in (obj.get("usage") or {}).items() if v is not None})
             return ParsedChunk([raw], Usage.from_openai(chat_usage(self._usage)))

@@ -33,9 +33,7 @@ def test_the_clients_body_goes_as_is_with_the_adapters_headers(stream: bool) -> 
     client_headers = {"anthropic-beta": "b1,b2", "x-api-key": "sk-client-key"}  # only the betas are forwarded
     request = AnthropicAdapter().build_native(TARGET, "messages", BODY, stream, client_headers)
     assert request.url == "https://anthropic.example/v1/messages" and request.stream is stream
-    expected = {**BODY, "model": "claude-upstream"}
-    if not stream:
-        del expected["stream"]
+    expected = {**BODY, "model": "claude-upstream", "stream": stream}
     assert json.loads(request.body) == expected
     assert request.headers["x-api-key"] == "sk-ant-secret" and request.headers["anthropic-version"] == API_VERSION
     assert request.headers["anthropic-beta"] == "b1,b2"
@@ -64,6 +62,7 @@ def test_events_pass_unchanged_and_usage_is_gathered() -> None:
     end = b'{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}'
     first = stream.feed("message_start", start)
     assert first.payloads == [b"event: message_start\ndata: " + start + b"\n\n"] and not first.done
+    assert first.usage is not None and (first.usage.prompt_tokens, first.usage.completion_tokens) == (14, 1)
     assert stream.feed("content_block_delta", delta).payloads == [b"event: content_block_delta\ndata: " + delta + b"\n\n"]
     assert stream.feed(None, b'{"type":"ping"}').payloads == [b'event: ping\ndata: {"type":"ping"}\n\n']  # named from its type
     assert stream.feed("message_delta", end).usage is not None
