@@ -145,8 +145,9 @@ class MessagesEndpoint(InferenceEndpoint):
             body = await _body(state, scope, receive)
             request, refused = _chat_view(body)
             ctx.body, ctx.model, ctx.stream, ctx.prefs = request.body, request.model, request.stream, request.prefs
-            ctx.native = _native(scope, body)
             candidates = resolve(state.catalog, "chat", ctx.model, ctx.body)
+            if any("messages" in ep.deployment.native for ep in candidates):  # else nothing passes through
+                ctx.native = _native(scope, body)
             if refused is not None:
                 candidates = _native_only(candidates, refused)
             result = await _until_disconnect(receive, _route_and_dispatch(state, ctx, candidates))
