@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kernel.deployment import DeploymentConfig
-from kernel.errors import ModelNotFound
-from providers.base import Adapter, Target
+from kernel.errors import ConfigError, ModelNotFound
+from providers.base import Adapter, NativeAdapter, Target
 from providers.registry import adapter_for
 from providers.settings import ProviderConfig
 
@@ -87,11 +87,23 @@ class CatalogSettings(Protocol):
     def deployments(self) -> Sequence[DeploymentConfig]: ...
 
 
+def _checked_native(dep: DeploymentConfig, kind: str, adapter: Adapter) -> None:
+    """`native` lists only client APIs the provider kind's adapter passes through."""
+    takes = adapter.native_apis if isinstance(adapter, NativeAdapter) else frozenset()
+    if missing := sorted(dep.native - takes):
+        raise ConfigError(
+            f"config error: deployment {dep.endpoint_id!r}: native: provider kind {kind!r} does not take "
+            f"the {missing[0]} API as is (kinds that do: anthropic, for messages)"
+        )
+
+
 def endpoints_from_settings(settings: CatalogSettings) -> list[Endpoint]:
     providers = {p.name: p for p in settings.providers}
     endpoints = []
     for dep in settings.deployments:
         provider = providers[dep.provider]
+        adapter = adapter_for(provider.kind)
+        _checked_native(dep, provider.kind, adapter)
         target = Target(
             endpoint_id=dep.endpoint_id,
             base_url=provider.base_url,
@@ -110,7 +122,7 @@ def endpoints_from_settings(settings: CatalogSettings) -> list[Endpoint]:
                 keeps_prompts=provider.keeps_prompts,
                 deployment=dep,
                 target=target,
-                adapter=adapter_for(provider.kind),
+                adapter=adapter,
             )
         )
     return endpoints

@@ -15,6 +15,8 @@ from kernel.values import Operation
 
 # The operations a deployment may serve (the same names as a request's operation).
 Mode = Operation
+# Client APIs an upstream may take as is (`DeploymentConfig.native`): Anthropic's Messages.
+NativeApi = Literal["messages"]
 
 
 class Price(Frozen):
@@ -96,6 +98,10 @@ class DeploymentConfig(Frozen):
     context_window: int = Field(8192, gt=0)
     capabilities: Capabilities = Capabilities()
     routing: DeploymentRouting = DeploymentRouting()
+    # Client APIs this deployment's upstream takes as is: a request in one of them is passed through
+    # (the client's body out, the upstream's answer or events back) instead of translated to chat.
+    # Only provider kinds whose adapter speaks the API may list it (checked when the catalog is built).
+    native: frozenset[NativeApi] = frozenset()
 
     _names_header_safe = field_validator("model", "id")(header_safe)
 

@@ -19,6 +19,8 @@ Refused with a 400 (no Messages equivalent): `response_format` json_object, `log
 Prompt counting (`PromptCounting`, for /v1/messages/count_tokens): the same Messages body, less
 what `POST /v1/messages/count_tokens` does not take, is counted there by Claude's own tokenizer.
 Deployments of this kind should declare ``capabilities: {logprobs: false, native_n: false}``.
+With ``native: [messages]`` a deployment takes `/v1/messages` requests as is (`NativeAdapter`,
+`providers.anthropic_native`): no translation either way.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import orjson
 
 from kernel.errors import ProviderError, ProviderRejected, ProviderServerError
 from kernel.values import Operation
+from providers import anthropic_native
 from providers.anthropic_answer import AnthropicStreamTranslator, parse_message
 from providers.base import ParsedBody, Target, UpstreamRequest
 from providers.openai_compat import map_http_error
@@ -195,6 +198,8 @@ def _headers(target: Target, stream: bool) -> dict[str, str]:
 
 
 class AnthropicAdapter:
+    native_apis = frozenset({anthropic_native.MESSAGES})
+
     def build_request(self, target: Target, op: Operation, body: dict[str, Any], stream: bool) -> UpstreamRequest:
         if op != "chat":
             raise _refuse(target, "model", f"The {op} endpoint is not supported")
@@ -231,3 +236,14 @@ class AnthropicAdapter:
         # Anthropic's {"type": "error", "error": {"type", "message"}} reads as OpenAI's does; 529
         # (overloaded) is a retryable 5xx with its retry-after.
         return map_http_error(target.endpoint_id, status, headers, body)
+
+    def build_native(
+        self, target: Target, api: str, body: Mapping[str, Any], stream: bool, headers: Mapping[str, str]
+    ) -> UpstreamRequest:
+        return anthropic_native.build_native(target, body, stream, headers, _headers(target, stream))
+
+    def parse_native(self, target: Target, api: str, body: bytes) -> ParsedBody:
+        return anthropic_native.parse_native(target, body)
+
+    def native_stream(self, target: Target, api: str) -> anthropic_native.NativeStream:
+        return anthropic_native.NativeStream(target)

@@ -85,3 +85,23 @@ class PromptCounting(Protocol):
     an answer it cannot read raises a `ProviderError`."""
 
     def count_step(self, target: Target, body: dict[str, Any], step: int, answer: bytes | None) -> UpstreamRequest | int: ...
+
+
+@runtime_checkable
+class NativeAdapter(Protocol):
+    """An adapter whose upstream speaks a client API itself (`native_apis`, e.g. Anthropic's Messages):
+    for deployments that list that API as `native`, the client's own body goes out as is (model
+    replaced, the adapter's auth and version headers, `headers` the client sent that the adapter
+    forwards) and the answer or SSE events come back as is, with their usage read on the way."""
+
+    native_apis: frozenset[str]
+
+    def build_native(
+        self, target: Target, api: str, body: Mapping[str, Any], stream: bool, headers: Mapping[str, str]
+    ) -> UpstreamRequest: ...
+
+    def parse_native(self, target: Target, api: str, body: bytes) -> ParsedBody: ...
+
+    def native_stream(self, target: Target, api: str) -> StreamTranslator:
+        """Events in, the same events out (`ParsedChunk.payloads` hold whole SSE events)."""
+        ...

@@ -2,10 +2,13 @@
 chat upstreams. The request is translated (`gateway.translate.anthropic_request`) into the internal
 chat request, which then takes the same stages as /v1/chat/completions (resolve, route, dispatch,
 relay, account); the answer or stream is translated back (`gateway.translate.anthropic_response`).
+An endpoint whose deployment takes Messages as is (`native: [messages]`, `gateway.pipeline.native`)
+is sent the client's own body instead, and its answer or events reach the client untouched; the chat
+view still drives routing, limits and affinity.
 
 Keys: the gateway's own, in `x-api-key` (what the SDK and Claude Code send with an API key) or as
 `Authorization: Bearer` (ANTHROPIC_AUTH_TOKEN). `anthropic-version` and `anthropic-beta` are accepted
-and change nothing. Errors are Anthropic's shape (`gateway.http.anthropic_errors`).
+(the betas go on to endpoints that take Messages as is). Errors are Anthropic's shape (`gateway.http.anthropic_errors`).
 """
 
 from __future__ import annotations
@@ -31,16 +34,18 @@ from gateway.http.openai_routes import (
     read_body,
     refuse,
 )
-from gateway.pipeline.context import RequestContext
+from gateway.pipeline.context import NativeRequest, RequestContext
 from gateway.pipeline.count import count_prompt, counting_endpoint
+from gateway.pipeline.native import PASSTHROUGH
 from gateway.pipeline.outcome import Completed
 from gateway.pipeline.resolve import resolve
+from gateway.pipeline.stream import Framing
 from gateway.pipeline.validate import _depth as check_depth
 from gateway.pipeline.validate import parse_json
 from gateway.state import AppState
-from gateway.translate.anthropic_request import ChatRequest, to_chat
+from gateway.translate.anthropic_request import ChatRequest, carried, to_chat
 from gateway.translate.anthropic_response import MessagesStream, new_message_id, to_message
-from kernel.errors import AuthenticationFailed, GatewayError, ProviderError
+from kernel.errors import AuthenticationFailed, GatewayError, ProviderError, UnsupportedParameter
 
 log = logging.getLogger("gateway.messages")
 
@@ -78,12 +83,40 @@ async def _send_error(send: Send, exc: GatewayError, headers: dict[str, str]) ->
     await _send_json(send, exc.status_code, orjson.dumps(anthropic_error_body(exc, merged.get("x-request-id"))), merged)
 
 
-async def _read(state: AppState, scope: Scope, receive: Receive, *, counting: bool) -> ChatRequest:
+# The client's headers an upstream that takes Messages as is may get (`gateway.pipeline.native`).
+NATIVE_HEADERS = (b"anthropic-beta",)
+
+
+async def _body(state: AppState, scope: Scope, receive: Receive) -> dict[str, Any]:
     server = state.settings.server
     raw = await read_body(scope, receive, server.max_body_bytes)
     body = parse_json(raw)
     check_depth(body, server.max_json_depth)
-    return to_chat(body, counting=counting)
+    return body
+
+
+def _chat_view(body: dict[str, Any]) -> tuple[ChatRequest, UnsupportedParameter | None]:
+    """The chat view, and what the translation refused: such a request can still go, as it is, to
+    an endpoint that takes Messages natively (its view then leaves the refused parts out)."""
+    try:
+        return to_chat(body), None
+    except UnsupportedParameter as exc:
+        try:
+            return to_chat(carried(body)), exc
+        except GatewayError:
+            raise exc from None
+
+
+def _native_only(candidates: tuple[Endpoint, ...], refused: UnsupportedParameter) -> tuple[Endpoint, ...]:
+    kept = tuple(ep for ep in candidates if "messages" in ep.deployment.native)
+    if not kept:
+        raise refused
+    return kept
+
+
+def _native(scope: Scope, body: dict[str, Any]) -> NativeRequest:
+    headers = {name.decode(): value for name in NATIVE_HEADERS if (value := _header(scope, name))}
+    return NativeRequest.of("messages", body, headers)
 
 
 def _prompt_estimate(ctx: RequestContext) -> int:
@@ -109,9 +142,14 @@ class MessagesEndpoint(InferenceEndpoint):
             ctx.response_parts = []
         try:
             ctx.key_name = authenticate(state, scope)
-            request = await _read(state, scope, receive, counting=False)
+            body = await _body(state, scope, receive)
+            request, refused = _chat_view(body)
             ctx.body, ctx.model, ctx.stream, ctx.prefs = request.body, request.model, request.stream, request.prefs
             candidates = resolve(state.catalog, "chat", ctx.model, ctx.body)
+            if any("messages" in ep.deployment.native for ep in candidates):  # else nothing passes through
+                ctx.native = _native(scope, body)
+            if refused is not None:
+                candidates = _native_only(candidates, refused)
             result = await _until_disconnect(receive, _route_and_dispatch(state, ctx, candidates))
         except ClientGone:
             account_gone(state, ctx)
@@ -123,25 +161,31 @@ class MessagesEndpoint(InferenceEndpoint):
         if isinstance(result, Completed):
             if ctx.response_parts is not None:
                 ctx.response_parts.append(result.body)
-            message = to_message(
-                orjson.loads(result.body),
-                model=request.model,
-                message_id=message_id,
-                stop_sequences=request.stop_sequences,
-                thinking=request.thinking,
-            )
+            if result.native:  # the upstream's own Message
+                answer = result.body
+            else:
+                message = to_message(
+                    orjson.loads(result.body),
+                    model=request.model,
+                    message_id=message_id,
+                    stop_sequences=request.stop_sequences,
+                    thinking=request.thinking,
+                )
+                answer = orjson.dumps(message)
             try:
-                await _send_json(send, 200, orjson.dumps(message), ctx.response_headers(clock()))
+                await _send_json(send, 200, answer, ctx.response_headers(clock()))
             finally:
                 state.accountant.record(ctx)
             return
-        framing = MessagesStream(
-            model=request.model,
-            message_id=message_id,
-            input_tokens=_prompt_estimate(ctx),
-            stop_sequences=request.stop_sequences,
-            thinking=request.thinking,
-        )
+        framing: Framing = PASSTHROUGH
+        if not result.native:
+            framing = MessagesStream(
+                model=request.model,
+                message_id=message_id,
+                input_tokens=_prompt_estimate(ctx),
+                stop_sequences=request.stop_sequences,
+                thinking=request.thinking,
+            )
         await self._stream(state, ctx, result, receive, send, framing=framing, error_event=anthropic_error_event)
 
 
@@ -161,7 +205,7 @@ async def _count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
     try:
         ctx = RequestContext(request_id=headers["x-request-id"], op="chat", started=state.clock())
         ctx.key_name = authenticate(state, scope)
-        request = await _read(state, scope, receive, counting=True)
+        request = to_chat(await _body(state, scope, receive), counting=True)
         candidates = resolve(state.catalog, "chat", request.model, request.body)  # an unknown model is a 404
         if state.limits is not None:  # the key's allowed models and rpm bind counting too
             ctx.model = request.model

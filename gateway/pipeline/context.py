@@ -2,15 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gateway.routing import preferences
 from gateway.routing.preferences import NO_PREFERENCES, ProviderPreferences
+from kernel.deployment import NativeApi
 from kernel.values import ClientApi, Operation, Usage
 
 if TYPE_CHECKING:
     from gateway.routing.router import RouteTicket
+
+
+# The gateway's own extension of a body (routing preferences): never sent to an upstream as is.
+GATEWAY_FIELDS = ("provider",)
+
+
+@dataclass(frozen=True, slots=True)
+class NativeRequest:
+    """The client's own request, for endpoints that take its API as is (`gateway.pipeline.native`)."""
+
+    api: NativeApi
+    body: Mapping[str, Any]
+    # The client's headers the API's adapter may forward (anthropic-beta); never its key.
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, api: NativeApi, body: Mapping[str, Any], headers: Mapping[str, str]) -> NativeRequest:
+        return cls(api, {k: v for k, v in body.items() if k not in GATEWAY_FIELDS}, headers)
 
 
 @dataclass(slots=True)
@@ -24,6 +44,8 @@ class RequestContext:
     body: dict[str, Any] = field(default_factory=dict)
     model: str = ""
     stream: bool = False
+    # The client's own body, for endpoints that take its API as is (`gateway.pipeline.native`).
+    native: NativeRequest | None = None
     # The body's `provider` object, parsed once when the body is accepted (`accept`).
     prefs: ProviderPreferences = NO_PREFERENCES
     attempts: int = 0

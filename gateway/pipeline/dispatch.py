@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from gateway.catalog import Endpoint
+from gateway.pipeline import native
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.estimate import count_payloads
 from gateway.pipeline.fanout import fan_out, fan_out_count
@@ -145,6 +146,8 @@ class Dispatcher:
                     continue
                 ctx.committed = True
                 observer.attempt_committed(ctx, endpoint, self._clock())
+                if result.native:  # the tool-call monitor reads chat answers; this one is not
+                    ctx.tool_trace = None
                 if ctx.tool_trace is not None and isinstance(result, Completed):
                     ctx.tool_trace.feed_body(result.body)
                 return result
@@ -172,24 +175,36 @@ class Dispatcher:
         return await self._send(ctx, endpoint, ctx.body_for(endpoint.id))
 
     async def _send(self, ctx: RequestContext, endpoint: Endpoint, body: dict[str, Any]) -> Completed | Streaming:
-        request = endpoint.adapter.build_request(endpoint.target, ctx.op, body, ctx.stream)
+        passed = native.takes(ctx, endpoint)
+        if passed:
+            request = native.request(ctx, endpoint)
+        else:
+            request = endpoint.adapter.build_request(endpoint.target, ctx.op, body, ctx.stream)
         if ctx.spans is not None:  # tracing is on: the attempt's W3C trace context goes with it
             request = replace(request, headers={**request.headers, **ctx.spans.upstream_headers})
         begin = self._clock()
         try:
             if not ctx.stream:
-                parsed = await call(self._client, self._timeouts, endpoint, ctx.op, request, sent=body)
+                if passed:
+                    parsed = await native.call(self._client, self._timeouts, ctx, endpoint, request)
+                else:
+                    parsed = await call(self._client, self._timeouts, endpoint, ctx.op, request, sent=body)
                 ctx.usage = parsed.usage
                 if parsed.usage is None:  # counted for an estimate (gateway.pipeline.estimate)
                     count_payloads(ctx, [parsed.body])
-                return Completed(parsed.body)
+                return Completed(parsed.body, native=passed)
             response = await open_call(self._client, self._timeouts, endpoint, request)
-            return await self._first_event(ctx, endpoint, response)
+            if passed:
+                translator = native.stream_translator(ctx, endpoint)
+            else:
+                translator = endpoint.adapter.stream_translator(endpoint.target, ctx.op, ctx.body)
+            return await self._first_event(ctx, endpoint, response, translator, passed=passed)
         finally:
             ctx.waited += self._clock() - begin
 
-    async def _first_event(self, ctx: RequestContext, endpoint: Endpoint, response: UpstreamResponse) -> Streaming:
-        translator = endpoint.adapter.stream_translator(endpoint.target, ctx.op, ctx.body)
+    async def _first_event(
+        self, ctx: RequestContext, endpoint: Endpoint, response: UpstreamResponse, translator: StreamTranslator, *, passed: bool
+    ) -> Streaming:
         events = parse_stream(response, translator)
         first: list[bytes] = []
         done = False
@@ -217,4 +232,4 @@ class Dispatcher:
             await events.aclose()
             raise
         ctx.ttft = self._clock() - ctx.started
-        return Streaming(endpoint, first, events, done, response)
+        return Streaming(endpoint, first, events, done, response, native=passed)

@@ -13,6 +13,8 @@ from providers.http import UpstreamResponse
 @dataclass(slots=True)
 class Completed:
     body: bytes
+    # The upstream's answer in the client's own API (`gateway.pipeline.native`): sent as is.
+    native: bool = False
 
 
 @dataclass(slots=True)
@@ -22,3 +24,5 @@ class Streaming:
     rest: AsyncIterator[ParsedChunk]
     done: bool
     response: UpstreamResponse
+    # The upstream's events in the client's own API: relayed as is.
+    native: bool = False

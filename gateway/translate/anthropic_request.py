@@ -377,6 +377,45 @@ def _model(body: Body) -> str:
     return model  # type: ignore[no-any-return]
 
 
+USER_BLOCKS = frozenset({"text", "image", "tool_result"})
+ASSISTANT_BLOCKS = frozenset({"text", "tool_use"} | DROPPED_BLOCKS)
+
+
+def _kept(content: Any, kinds: frozenset[str]) -> Any:
+    if not isinstance(content, list):
+        return content
+    return [b for b in content if not isinstance(b, dict) or b.get("type") in kinds]
+
+
+def carried(body: Body) -> Body:
+    """The body less what the chat translation refuses (server tools, MCP servers, document and other
+    block kinds): the chat view of a request passed through to an upstream that takes it as is
+    (`gateway.pipeline.native`), for routing and limits only. Malformed input stays for `to_chat` to refuse."""
+    out = {k: v for k, v in body.items() if k != "mcp_servers"}
+    if isinstance(tools := body.get("tools"), list):
+        out["tools"] = [t for t in tools if not isinstance(t, dict) or t.get("type") in (None, "custom")]
+        names = {t.get("name") for t in out["tools"] if isinstance(t, dict)}
+        choice = body.get("tool_choice")
+        if isinstance(choice, dict) and (choice.get("name") not in names if choice.get("type") == "tool" else not names):
+            out.pop("tool_choice")  # it named, or needed, a tool that was left out
+    if isinstance(messages := body.get("messages"), list):
+        out["messages"] = [_carried_message(m) for m in messages]
+    return out
+
+
+def _carried_message(message: Any) -> Any:
+    if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        return message
+    if message.get("role") == "assistant":
+        return {**message, "content": _kept(message["content"], ASSISTANT_BLOCKS)}
+    content = []
+    for block in _kept(message["content"], USER_BLOCKS):
+        if isinstance(block, dict) and block.get("type") == "tool_result":
+            block = {**block, "content": _kept(block.get("content"), frozenset({"text", "image"}))}
+        content.append(block)
+    return {**message, "content": content or [{"type": "text", "text": ""}]}
+
+
 def to_chat(body: Body, *, counting: bool = False) -> ChatRequest:
     """The chat request for a Messages body; `counting` (count_tokens) does not need max_tokens."""
     model = _model(body)

@@ -8,7 +8,8 @@ invalid_request_error). Answers "You said: <last user text>", or, with tools (un
 ``tool_choice`` is none), a tool_use whose input fits the first (or the named) tool's schema,
 streamed as ``input_json_delta`` pieces of 7 characters. ``stop_sequences`` and ``max_tokens`` cut the
 text as the real API does (stop_reason stop_sequence with the matched ``stop_sequence``, or
-max_tokens). ``cached_tokens`` is reported as ``cache_read_input_tokens``.
+max_tokens). ``cached_tokens`` is reported as ``cache_read_input_tokens``. With ``thinking`` enabled the
+answer starts with a thinking block (its text streamed as ``thinking_delta``s, then a ``signature_delta``).
 
 Faults from the upstream model id, as for the OpenAI fake: ``"m@status:529;retry-after=1"`` (an
 error answer, Anthropic's shape), ``"m@cut:3"`` (close after 3 events), ``"m@error-event:3"`` (an
@@ -28,8 +29,12 @@ from tests.fakes.openai_upstream import Behaviour, Received, _hang_up, _sample_a
 
 REPLY_PREFIX = "You said: "
 TOP_LEVEL = frozenset(
-    {"model", "messages", "max_tokens", "system", "stop_sequences", "stream", "temperature", "top_p", "top_k", "tools", "tool_choice", "metadata", "output_config"}
+    {
+        "model", "messages", "max_tokens", "system", "stop_sequences", "stream", "temperature", "top_p", "top_k",
+        "tools", "tool_choice", "metadata", "output_config", "thinking", "service_tier",
+    }
 )
+THOUGHT = "The user wants a reply."
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error", 429: "rate_limit_error", 529: "overloaded_error"}
 
 
@@ -185,6 +190,10 @@ class FakeAnthropicUpstream:
                 tokens, stop_reason, stop_sequence = tokens[: body["max_tokens"]], "max_tokens", None
             blocks = [({"type": "text", "text": "".join(tokens)}, tokens)]
             output = len(tokens)
+        if (body.get("thinking") or {}).get("type") == "enabled":
+            thought = {"type": "thinking", "thinking": THOUGHT, "signature": f"sig-fake-{len(messages)}"}
+            blocks.insert(0, (thought, _words(THOUGHT)))
+            output += len(_words(THOUGHT))
         message = {
             "id": f"msg_fake{next(self._ids):06d}",
             "type": "message",
@@ -210,13 +219,20 @@ class FakeAnthropicUpstream:
         start = {**message, "stop_reason": None, "stop_sequence": None, "usage": {**usage, "output_tokens": 1}}
         events: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": start})]
         for index, (block, pieces) in enumerate(blocks):
-            empty = {**block, "input": {}} if block["type"] == "tool_use" else {**block, "text": ""}
+            kind = block["type"]
+            empty = {"tool_use": {**block, "input": {}}, "thinking": {**block, "thinking": "", "signature": ""}}.get(kind, {**block, "text": ""})
             events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": empty}))
             if index == 0:
                 events.append(("ping", {"type": "ping"}))
             for piece in pieces:
-                delta = {"type": "input_json_delta", "partial_json": piece} if block["type"] == "tool_use" else {"type": "text_delta", "text": piece}
+                delta = {
+                    "tool_use": {"type": "input_json_delta", "partial_json": piece},
+                    "thinking": {"type": "thinking_delta", "thinking": piece},
+                }.get(kind, {"type": "text_delta", "text": piece})
                 events.append(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
+            if kind == "thinking":
+                signature = {"type": "signature_delta", "signature": block["signature"]}
+                events.append(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": signature}))
             events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
         final = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
         events.append(("message_delta", {"type": "message_delta", "delta": final, "usage": {"output_tokens": usage["output_tokens"]}}))

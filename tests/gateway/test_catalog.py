@@ -6,7 +6,7 @@ import pytest
 
 from gateway.catalog import Catalog, endpoints_from_settings
 from gateway.config import load_config
-from kernel.errors import ModelNotFound
+from kernel.errors import ConfigError, ModelNotFound
 from providers.llamacpp import LlamaCppAdapter
 from tests.fakes.catalog import make_endpoint
 
@@ -70,3 +70,21 @@ def test_readiness_callback() -> None:
     assert not ep.is_ready()
     flag["up"] = True
     assert ep.is_ready()
+
+
+def _native_settings(kind: str, native: list[str]):  # type: ignore[no-untyped-def]
+    return load_config(
+        providers=[{"name": "p", "kind": kind, "base_url": "https://p.test/v1"}],
+        deployments=[{"model": "m", "provider": "p", "native": native}],
+    )
+
+
+def test_native_apis_are_off_by_default_and_checked_against_the_provider_kind() -> None:
+    [plain] = endpoints_from_settings(settings())[:1]
+    assert plain.deployment.native == frozenset()
+    [claude] = endpoints_from_settings(_native_settings("anthropic", ["messages"]))
+    assert claude.deployment.native == {"messages"}
+    with pytest.raises(ConfigError, match="provider kind 'openai' does not take the messages API as is"):
+        endpoints_from_settings(_native_settings("openai", ["messages"]))
+    with pytest.raises(ConfigError, match="deployments.0.native.0: Input should be 'messages'"):
+        _native_settings("anthropic", ["responses"])  # no adapter passes Responses through yet

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.translate.anthropic_request import to_chat
+from gateway.translate.anthropic_request import carried, to_chat
 from kernel.errors import InvalidRequest, UnsupportedParameter
 
 TOOL = {"name": "get_weather", "description": "Weather for a city", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
@@ -220,3 +220,30 @@ def test_any_body_is_translated_or_refused_with_a_named_400(fields: dict[str, An
         assert exc.status_code == 400 and exc.param is not None
         return
     assert request.body["messages"] and request.model
+
+
+def test_the_carried_view_leaves_out_what_chat_refuses_and_nothing_else() -> None:
+    server_tool = {"type": "web_search_20250305", "name": "web_search", "max_uses": 2}
+    document = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "note"}}
+    raw = body(
+        tools=[server_tool, TOOL],
+        tool_choice={"type": "tool", "name": "web_search"},
+        mcp_servers=[{"type": "url", "url": "https://mcp.example", "name": "x"}],
+        messages=[
+            {"role": "user", "content": [document]},
+            {"role": "assistant", "content": [{"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}}, {"type": "text", "text": "ok"}]},
+            {"role": "user", "content": [{"type": "text", "text": "and?"}, document]},
+        ],
+    )
+    with pytest.raises(UnsupportedParameter):
+        to_chat(raw)
+    view = to_chat(carried(raw)).body
+    assert [t["function"]["name"] for t in view["tools"]] == ["get_weather"] and "tool_choice" not in view
+    assert view["messages"] == [
+        {"role": "user", "content": ""},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "and?"},
+    ]
+    assert carried(body(tools=[TOOL], tool_choice={"type": "any"})) == body(tools=[TOOL], tool_choice={"type": "any"})
+    with pytest.raises(InvalidRequest, match="max_tokens"):  # malformed input is still refused
+        to_chat(carried({**raw, "max_tokens": "many"}))

@@ -1,0 +1,98 @@
+"""Messages pass-through for `kind: anthropic` deployments with ``native: [messages]``: a `/v1/messages`
+request goes to the upstream as the client sent it, and its answer or SSE events come back as they are,
+so nothing the chat translation cannot carry is lost (`cache_control`, thinking and its signatures,
+document blocks, fields added to the API later).
+
+Out: the client's body with `model` replaced by the upstream model and `stream` as routed; the headers
+the adapter always builds (`x-api-key` from the provider, never the client's key; `anthropic-version`),
+the client's `anthropic-beta`, then the provider's own `headers`. Back: the Message or the events,
+untouched; usage read from the Message, or from message_start and message_delta, the way the
+translation reads it (`providers.anthropic_answer.chat_usage`), for accounting, limits and affinity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from kernel.errors import ProviderServerError, ProviderStreamError
+from kernel.values import Usage
+from providers.anthropic_answer import chat_usage
+from providers.base import ParsedBody, ParsedChunk, Target, UpstreamRequest
+
+MESSAGES = "messages"
+# The client's headers that go with its body: the betas it opted into change what the body may hold.
+FORWARDED = ("anthropic-beta",)
+# Events relayed without being parsed: they carry no usage and no error (the hot part of a stream).
+OPAQUE = frozenset({b"content_block_delta", b"content_block_start", b"content_block_stop", b"ping"})
+
+
+def native_body(target: Target, body: Mapping[str, Any], stream: bool) -> bytes:
+    out = {**body, "model": target.upstream_model}
+    if bool(out.get("stream")) != stream:  # only where the caller's choice differs from the body's
+        out["stream"] = stream
+    return orjson.dumps(out)
+
+
+def forwarded(headers: Mapping[str, str]) -> dict[str, str]:
+    return {name: headers[name] for name in FORWARDED if headers.get(name)}
+
+
+def parse_native(target: Target, body: bytes) -> ParsedBody:
+    try:
+        message = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        message = None
+    if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        raise ProviderServerError(f"upstream {target.endpoint_id} answered with a body that is not a Message", endpoint=target.endpoint_id)
+    return ParsedBody(body, Usage.from_openai(chat_usage(message.get("usage"))))
+
+
+class NativeStream:
+    """One per stream: each Messages event passed on as it came; usage gathered from message_start
+    and message_delta; message_stop ends it; an `error` event fails it (before the first event the
+    dispatcher may still retry or fall back; after it the client gets Anthropic's error event)."""
+
+    def __init__(self, target: Target) -> None:
+        self._target = target
+        self._usage: dict[str, Any] = {}
+
+    def _fail(self, what: str) -> ProviderStreamError:
+        return ProviderStreamError(f"upstream {self._target.endpoint_id}: {what}", endpoint=self._target.endpoint_id)
+
+    def feed(self, event: str | None, data: bytes) -> ParsedChunk:
+        name = (event or "").encode()
+        raw = b"event: " + name + b"\ndata: " + data + b"\n\n"
+        if name in OPAQUE:
+            return ParsedChunk([raw])
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise self._fail("an invalid stream event") from None
+        kind = obj.get("type") if isinstance(obj, dict) else None
+        if not name and isinstance(kind, str):  # an upstream that names events only in the data
+            raw = b"event: " + kind.encode() + raw[len(b"event: ") :]
+        if kind == "message_start":  # its usage is exact for the prompt: no estimate needed from here on
+            self._usage.update((obj.get("message") or {}).get("usage") or {})
+            return ParsedChunk([raw], Usage.from_openai(chat_usage(self._usage)))
+        if kind == "message_delta":
+            self._usage.update({k: v for k, v in (obj.get("usage") or {}).items() if v is not None})
+            return ParsedChunk([raw], Usage.from_openai(chat_usage(self._usage)))
+        if kind == "message_stop":
+            return ParsedChunk([raw], Usage.from_openai(chat_usage(self._usage)), done=True)
+        if kind == "error":
+            error = obj.get("error") or {}
+            raise self._fail(f"{error.get('type', 'error')}: {error.get('message', '')}"[:500])
+        return ParsedChunk([raw])  # event types added later pass as they are
+
+
+def build_native(
+    target: Target, body: Mapping[str, Any], stream: bool, headers: Mapping[str, str], base: Mapping[str, str]
+) -> UpstreamRequest:
+    """`base`: the adapter's own headers (auth, version, the provider's); the client's betas go under them."""
+    merged = {**base}
+    for name, value in forwarded(headers).items():
+        merged.setdefault(name, value)
+    return UpstreamRequest("POST", target.base_url + "/messages", merged, native_body(target, body, stream), stream)
