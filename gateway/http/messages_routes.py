@@ -211,7 +211,7 @@ async def _count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
             ctx.model = request.model
             state.limits.check(ctx)
             await state.limits.count_request(ctx)
-        tokens, method = await _count(state, candidates, request.body)
+        tokens, method = await _count(state, candidates, request, ctx.key_name)
     except ClientGone:
         return
     except GatewayError as exc:
@@ -221,17 +221,26 @@ async def _count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
     await _send_json(send, 200, orjson.dumps(body), {**headers, "x-gateway-token-count": method})
 
 
-async def _count(state: AppState, candidates: tuple[Endpoint, ...], body: dict[str, Any]) -> tuple[int, str]:
+async def _count(
+    state: AppState, candidates: tuple[Endpoint, ...], request: ChatRequest, key_name: str | None
+) -> tuple[int, str]:
+    """Exact from an endpoint this key and request may reach (the router's own filters: the
+    prompt goes upstream to be counted); else, and when it fails, the local estimate."""
+    assert state.router is not None  # build_state always makes one
+    router, body = state.router, request.body
+    features = router.features("chat", body, key_name, prefs=request.prefs, hash_chain=False)
+    endpoint, ruled_out = counting_endpoint(candidates, features, router.shared.snapshot())
     method = COUNT_METHOD
-    if (endpoint := counting_endpoint(candidates)) is not None:
+    if ruled_out:
+        method += "; " + ", ".join(f"endpoint {x.endpoint.id} ruled out ({x.reason})" for x in ruled_out)
+    if endpoint is not None:
         try:
-            return await count_prompt(state.client, state.dispatcher.timeouts, endpoint, body), EXACT_METHOD.format(endpoint.id)
+            tokens = await count_prompt(state.client, state.dispatcher.timeouts, endpoint, body)
+            return tokens, EXACT_METHOD.format(endpoint.id)
         except ProviderError as exc:
             log.info("count_tokens: endpoint %s could not count (%s); estimating", endpoint.id, exc)
             method += f"; endpoint {endpoint.id} could not count ({type(exc).__name__})"
-    assert state.router is not None  # build_state always makes one
-    counter = state.router.counter
-    return await asyncio.to_thread(counter.count_chat, body["messages"], body.get("tools")), method
+    return await asyncio.to_thread(router.counter.count_chat, body["messages"], body.get("tools")), method
 
 
 messages = MessagesEndpoint()

@@ -7,10 +7,14 @@ no request waits on the database. A queued response is read from the queue (this
 own at once); a failed write keeps it queued for the next round. Reads (`fetch`, only when the
 state store missed or is away) and deletes do go to the database, through the same thread pool.
 Expired rows are never returned, and retention deletes them.
+
+A forget always wins: its DELETE waits for an upsert in flight that holds the same response (on
+another thread it could commit after the DELETE and bring the row back).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -52,6 +56,8 @@ class ResponseArchive:
         self._pending: dict[str, _Queued] = {}
         self._pending_bytes = 0
         self.dropped = 0
+        # The upserts in flight and the keys each writes (`forget` waits for the ones with its key).
+        self._writing: list[tuple[frozenset[str], asyncio.Future[None]]] = []
 
     def keep(self, key: str, body: bytes, ttl_s: float) -> None:
         self._drop_pending(key)
@@ -75,11 +81,23 @@ class ResponseArchive:
             return 0
         batch = dict(self._pending)
         rows = [{"key": k, "body": q.body, "expires_at": utc(q.expires_at)} for k, q in batch.items()]
-        await self._db.run(_upsert, rows)
+        write = asyncio.ensure_future(self._db.run(_upsert, rows))
+        entry = (frozenset(batch), write)
+        self._writing.append(entry)
+        write.add_done_callback(lambda done: self._written(entry))
+        # Shielded: cancelling the flush (shutdown) does not stop the database's thread, so the
+        # write stays in flight, and a forget waits for it, until that thread is done.
+        await asyncio.shield(write)
         for key, queued in batch.items():
             if self._pending.get(key) is queued:  # not replaced or forgotten while it was written
                 self._drop_pending(key)
         return len(rows)
+
+    def _written(self, entry: tuple[frozenset[str], asyncio.Future[None]]) -> None:
+        self._writing.remove(entry)
+        write = entry[1]
+        if not write.cancelled():
+            write.exception()  # retrieved: a flush cancelled meanwhile no longer awaits it
 
     async def fetch(self, key: str) -> bytes | None:
         now = self._wall()
@@ -94,6 +112,9 @@ class ResponseArchive:
 
     async def forget(self, key: str) -> bool:
         queued = self._drop_pending(key)
+        writes = [write for keys, write in self._writing if key in keys]
+        if writes:  # sent now, the DELETE could commit first and the upsert bring the row back
+            await asyncio.wait(writes)
         try:
             return await self._db.run(_delete, key) or queued
         except self._outages as exc:

@@ -18,6 +18,7 @@ from starlette.testclient import TestClient
 from gateway.app import create_app
 from gateway.config import load_config
 from gateway.routing.tokens import TokenCounter
+from gateway.state import AppState
 from gateway.translate.anthropic_request import to_chat
 from providers.base import UpstreamRequest
 from providers.http_mock import MockHTTPClient, MockResponse
@@ -39,9 +40,13 @@ def messages_request(port: int, body: dict[str, object]) -> socket.socket:
     return sock
 
 
-def test_a_messages_client_that_hangs_up_cancels_the_upstream_work(served: tuple[GatewayServer, HangingUpstream]) -> None:
+def test_a_messages_client_that_hangs_up_cancels_the_upstream_work(
+    served: tuple[GatewayServer, HangingUpstream],
+) -> None:
     server, upstream = served
-    sock = messages_request(server.port, {"model": "one", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
+    sock = messages_request(
+        server.port, {"model": "one", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    )
     wait_until(lambda: upstream.arrived == 1)
     sock.close()
     wait_until(lambda: upstream.cancelled == 1)
@@ -49,7 +54,11 @@ def test_a_messages_client_that_hangs_up_cancels_the_upstream_work(served: tuple
     assert (upstream.arrived, upstream.cancelled) == (1, 1)
     with httpx.Client(base_url=server.root) as http:
         metrics = http.get("/metrics").text
-    gone = [ln for ln in metrics.splitlines() if ln.startswith("gateway_request_errors_total{") and "ClientDisconnected" in ln]
+    gone = [
+        ln
+        for ln in metrics.splitlines()
+        if ln.startswith("gateway_request_errors_total{") and "ClientDisconnected" in ln
+    ]
     assert len(gone) == 1 and gone[0].endswith(" 1.0")
 
 
@@ -63,25 +72,54 @@ def engines(request: UpstreamRequest) -> MockResponse:
     return fake_llama_server(request)
 
 
+PRIVATE = "sk-count-tokens-eu-only"
+US_ENGINE, EU_ENGINE = "http://us-engine.test", "http://eu-engine.test"
+
+
 @pytest.fixture
-def sdk() -> Iterator[anthropic.Anthropic]:
+def counting() -> Iterator[tuple[TestClient, MockHTTPClient]]:
     config = load_config(
         environ={},
-        auth={"keys": [{"name": "counting", "key": KEY}]},
+        auth={"keys": [{"name": "counting", "key": KEY}, {"name": "private", "key": PRIVATE}]},
+        routing={"keys": {"private": {"regions": ["eu"], "data_collection": "deny"}}},
         providers=[
             {"name": "engine", "kind": "llamacpp", "base_url": "http://engine.test:8001/v1"},
             {"name": "old", "kind": "llamacpp", "base_url": "http://old-engine.test/v1"},
             {"name": "cloud", "kind": "openai", "base_url": "http://cloud.test/v1"},
+            {
+                "name": "us-engine",
+                "kind": "llamacpp",
+                "base_url": f"{US_ENGINE}/v1",
+                "region": "us",
+                "keeps_prompts": True,
+            },
+            {"name": "eu-engine", "kind": "llamacpp", "base_url": f"{EU_ENGINE}/v1", "region": "eu"},
         ],
         deployments=[
             {"model": "local", "provider": "engine", "upstream_model": "smollm2"},
             {"model": "old-local", "provider": "old", "upstream_model": "smollm2"},
             {"model": "remote", "provider": "cloud", "upstream_model": "gpt"},
+            {"model": "us-only", "provider": "us-engine", "upstream_model": "smollm2"},
+            {"model": "both", "provider": "us-engine", "upstream_model": "smollm2"},
+            {"model": "both", "provider": "eu-engine", "upstream_model": "smollm2"},
         ],
     )
     client = MockHTTPClient(engines)
     with TestClient(create_app(config, client_factory=lambda: client)) as http:
-        yield anthropic.Anthropic(base_url=str(http.base_url), api_key=KEY, http_client=http, max_retries=0)
+        yield http, client
+
+
+def anthropic_sdk(http: TestClient, key: str = KEY) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=str(http.base_url), api_key=key, http_client=http, max_retries=0)
+
+
+@pytest.fixture
+def sdk(counting: tuple[TestClient, MockHTTPClient]) -> anthropic.Anthropic:
+    return anthropic_sdk(counting[0])
+
+
+def sent_to(client: MockHTTPClient, root: str) -> list[str]:
+    return [r.url for r in client.requests if r.url.startswith(root)]
 
 
 def estimate(request: dict[str, object]) -> int:
@@ -109,3 +147,49 @@ def test_count_tokens_falls_back_to_the_estimate_when_the_engine_cannot_count(sd
     assert raw.parse().input_tokens == estimate(request)
     method = raw.headers["x-gateway-token-count"]
     assert method.startswith("estimate; cl100k_base") and "endpoint old/old-local could not count" in method
+
+
+def test_count_tokens_never_sends_the_prompt_where_the_key_may_not(counting: tuple[TestClient, MockHTTPClient]) -> None:
+    """The key allows region eu only and denies data collection: the us endpoint (which may keep
+    prompts) gets nothing from count_tokens either, as it gets nothing from messages.create."""
+    http, client = counting
+    private = anthropic_sdk(http, PRIVATE)
+    request = {**COUNT, "model": "us-only"}
+    raw = private.messages.with_raw_response.count_tokens(**request)  # type: ignore[arg-type]
+    assert raw.parse().input_tokens == estimate(request)
+    method = raw.headers["x-gateway-token-count"]
+    assert method.startswith("estimate; cl100k_base") and "endpoint us-engine/us-only ruled out (region)" in method
+    with pytest.raises(anthropic.BadRequestError, match="region"):
+        private.messages.create(max_tokens=8, **request)  # type: ignore[arg-type]
+    assert sent_to(client, US_ENGINE) == []
+
+
+def test_count_tokens_counts_exactly_on_an_allowed_endpoint(counting: tuple[TestClient, MockHTTPClient]) -> None:
+    http, client = counting
+    raw = anthropic_sdk(http, PRIVATE).messages.with_raw_response.count_tokens(**{**COUNT, "model": "both"})  # type: ignore[arg-type]
+    assert raw.parse().input_tokens == 4 + 5
+    assert raw.headers["x-gateway-token-count"] == "exact; counted by endpoint eu-engine/both"
+    assert sent_to(client, US_ENGINE) == [] and sent_to(client, EU_ENGINE) == [
+        f"{EU_ENGINE}/apply-template",
+        f"{EU_ENGINE}/tokenize",
+    ]
+    # The same key's provider preferences bind too: ignoring the eu engine leaves nothing to count on.
+    raw = anthropic_sdk(http, PRIVATE).messages.with_raw_response.count_tokens(  # type: ignore[call-overload]
+        **{**COUNT, "model": "both"}, extra_body={"provider": {"ignore": ["eu-engine"]}}
+    )
+    assert raw.headers["x-gateway-token-count"].startswith("estimate; cl100k_base")
+    assert "endpoint eu-engine/both ruled out (pref_ignored)" in raw.headers["x-gateway-token-count"]
+    assert len(sent_to(client, EU_ENGINE)) == 2 and sent_to(client, US_ENGINE) == []
+
+
+def test_count_tokens_skips_a_demoted_endpoint(counting: tuple[TestClient, MockHTTPClient]) -> None:
+    http, client = counting
+    state: AppState = http.app_state["gw"]
+    assert http.portal is not None
+    http.portal.call(
+        lambda: state.health.transition("engine/local", "demoted", source="manual", reason="ops", at=0.0, operator=True)
+    )
+    raw = anthropic_sdk(http).messages.with_raw_response.count_tokens(**COUNT)  # type: ignore[arg-type]
+    assert raw.parse().input_tokens == estimate(COUNT)
+    assert "endpoint engine/local ruled out (health_demoted)" in raw.headers["x-gateway-token-count"]
+    assert sent_to(client, "http://engine.test") == []

@@ -1,14 +1,21 @@
-"""Counting a prompt with an endpoint's own tokenizer: which candidate counts, the requests it
-takes (against a fake llama-server that speaks /apply-template and /tokenize), and failures."""
+"""Counting a prompt with an endpoint's own tokenizer: which candidate counts (one the request may
+reach under routing's filters), the requests it takes (against a fake llama-server that speaks
+/apply-template and /tokenize), and failures."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import orjson
 import pytest
 
 from gateway.pipeline.count import MAX_STEPS, count_prompt, counting_endpoint
+from gateway.routing import preferences
+from gateway.routing.decision import NOT_READY
+from gateway.routing.features import DEFAULT_BLOCKS, RequestFeatures, extract
+from gateway.routing.settings import KeyPolicy
+from gateway.routing.snapshot import StaticSnapshot
 from kernel.errors import ProviderError, ProviderServerError
 from providers.base import Target, UpstreamRequest
 from providers.http import Timeouts
@@ -33,13 +40,50 @@ def fake_llama_server(request: UpstreamRequest) -> MockResponse:
     return MockResponse(404, JSON, b'{"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}')
 
 
+def features(body: dict[str, Any] = BODY, **policy: Any) -> RequestFeatures:
+    prefs = preferences.parse(body.get("provider"))
+    return extract(
+        "chat",
+        body,
+        blocks=DEFAULT_BLOCKS,
+        family_bytes=0,
+        expected_output_tokens=16,
+        prefs=prefs,
+        key_policy=KeyPolicy(**policy),
+    )
+
+
 def test_the_first_ready_counting_candidate_is_chosen() -> None:
     remote = make_endpoint("r/m", adapter=OpenAICompatAdapter())
-    down = make_endpoint("d/m", adapter=LlamaCppAdapter(), ready=lambda: False)
+    down = make_endpoint("d/m", adapter=LlamaCppAdapter())
     local = make_endpoint("l/m", adapter=LlamaCppAdapter())
-    assert counting_endpoint((remote, down, local)) is local
-    assert counting_endpoint((remote, down)) is None
-    assert counting_endpoint(()) is None
+    snapshot = StaticSnapshot(not_ready=frozenset({"d/m"}))
+    chosen, ruled_out = counting_endpoint((remote, down, local), features(), snapshot)
+    assert chosen is local and [(x.endpoint.id, x.reason) for x in ruled_out] == [("d/m", NOT_READY)]
+    assert counting_endpoint((remote, down), features(), snapshot)[0] is None
+    assert counting_endpoint((), features(), snapshot) == (None, [])
+
+
+def test_only_an_endpoint_the_request_may_reach_counts() -> None:
+    us = replace(make_endpoint("us/m", adapter=LlamaCppAdapter()), region="us", keeps_prompts=True)
+    eu = replace(make_endpoint("eu/m", adapter=LlamaCppAdapter()), region="eu")
+    plain = StaticSnapshot()
+
+    def pick(
+        *candidates: Any, snapshot: StaticSnapshot = plain, f: RequestFeatures | None = None
+    ) -> tuple[str | None, list[str]]:
+        chosen, ruled_out = counting_endpoint(candidates, f or features(), snapshot)
+        return (chosen.id if chosen else None), [x.reason for x in ruled_out]
+
+    assert pick(us, eu, f=features(regions=("eu",))) == ("eu/m", ["region"])
+    assert pick(us, eu, f=features(data_collection="deny")) == ("eu/m", ["data_policy"])
+    assert pick(us, f=features(regions=("eu",), data_collection="deny")) == (None, ["region"])
+    assert pick(eu, us, f=features({**BODY, "provider": {"ignore": ["eu"]}})) == ("us/m", ["pref_ignored"])
+    assert pick(us, eu, snapshot=StaticSnapshot(health_states={"us/m": "demoted"})) == ("eu/m", ["health_demoted"])
+    assert pick(us, eu, snapshot=StaticSnapshot(blocks={"us/m": "breaker_open"})) == ("eu/m", ["breaker_open"])
+    # Not a reason to estimate: a prompt longer than the window (what a client counts to learn).
+    long = features({**BODY, "max_tokens": 10**9})
+    assert pick(us, f=long) == ("us/m", [])
 
 
 async def test_counts_the_rendered_prompt_in_two_requests() -> None:
