@@ -189,9 +189,11 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 side = HttpSide(url)
                 windows[name] = await window_of(side, settings)
                 await side.close()
-            engines[name] = {"engine": "llama-server", "changes": {k: list(v) if isinstance(v, tuple) else v
-                                                                   for k, v in changes.items()},
-                             "argv": _flags(argv)}
+            engines[name] = {
+                "engine": "llama-server",
+                "changes": {k: list(v) if isinstance(v, tuple) else v for k, v in changes.items()},
+                "argv": _flags(argv),
+            }
             print(f"{name}: {time.monotonic() - started:.1f} s", file=sys.stderr)
         import llama_cpp
 
@@ -201,13 +203,21 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             options = LlamaOptions(n_ctx=2048, n_threads=threads)
             services.append(Service(ModelFiles(quantized_cache_dir()), ModelPool(partial(load_llama, options=options))))
             windows[name] = await window_of(LlamaSide(services[-1], {}), settings)
-            engines[name] = {"engine": "llama-cpp-python", "version": llama_cpp.__version__,
-                             "changes": {"n_threads": threads, "logits": "Llama.scores, numpy log-softmax"}}
+            engines[name] = {
+                "engine": "llama-cpp-python",
+                "version": llama_cpp.__version__,
+                "changes": {"n_threads": threads, "logits": "Llama.scores, numpy log-softmax"},
+            }
             print(f"{name}: {time.monotonic() - started:.1f} s", file=sys.stderr)
         service = services[0]
         rng = np.random.default_rng(0)
         pairs = [
-            {"a": a, "b": b, "with_reference": REFERENCE in (a, b), "prompts": per_prompt(windows[a], windows[b], settings, rng)}
+            {
+                "a": a,
+                "b": b,
+                "with_reference": REFERENCE in (a, b),
+                "prompts": per_prompt(windows[a], windows[b], settings, rng),
+            }
             for a, b in itertools.combinations(windows, 2)
         ]
         faults = []
@@ -215,7 +225,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             for label, fault in FAULTS.items():
                 started = time.monotonic()
                 window = await window_of(LlamaSide(service, fault), settings)
-                faults.append({"fault": label, "spec": fault, "prompts": per_prompt(window, windows[REFERENCE], settings, rng)})
+                faults.append(
+                    {"fault": label, "spec": fault, "prompts": per_prompt(window, windows[REFERENCE], settings, rng)}
+                )
                 print(f"{label}: {time.monotonic() - started:.1f} s", file=sys.stderr)
     # Engines whose windows are identical form one family: a second pair of the same two families
     # repeats a value without adding information, so the honest values keep one pair per two families.
@@ -231,13 +243,21 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "gguf": {"file": gguf.name, "sha256": sha256(gguf)},
         "probe": "logprob_drift",
         "statistic": "S of probes.stats.drift per prompt: mean |gap| of per-token mean top-k logprobs",
-        "settings": {"prompts": list(settings.prompts), "requests": settings.requests, "top_logprobs": settings.top_logprobs},
+        "settings": {
+            "prompts": list(settings.prompts),
+            "requests": settings.requests,
+            "top_logprobs": settings.top_logprobs,
+        },
         "reference": REFERENCE,
         "engines": engines,
         "pairs": pairs,
-        "honest": {"n": len(values), "values": values, "quantiles": honest_quantiles(values),
-                   "identical_windows": list(families.values()),
-                   "pairs_kept": sorted([p["a"], p["b"]] for p in distinct.values())},
+        "honest": {
+            "n": len(values),
+            "values": values,
+            "quantiles": honest_quantiles(values),
+            "identical_windows": list(families.values()),
+            "pairs_kept": sorted([p["a"], p["b"]] for p in distinct.values()),
+        },
         "faults": faults,
         "regenerate": "nice -n 15 .venv/bin/python bench/calibrate_reference.py --faults",
     }

@@ -58,9 +58,7 @@ def parse_calibration(raw: object, source: str) -> Calibration:
         prompts = tuple(str(p) for p in settings["prompts"])
         if not models or not prompts:
             raise ValueError("models and settings.prompts must not be empty")
-        return Calibration(
-            source, models, prompts, int(settings["requests"]), int(settings["top_logprobs"]), values
-        )
+        return Calibration(source, models, prompts, int(settings["requests"]), int(settings["top_logprobs"]), values)
     except (KeyError, TypeError, ValueError) as exc:
         raise CalibrationError(f"{source}: {type(exc).__name__}: {exc}") from None
 

@@ -40,8 +40,9 @@ def conformal_margin(values: Sequence[float], fpr: float, source: str = "") -> M
         raise ValueError("fpr must be in (0, 1)")
     ordered = sorted(float(v) for v in values)
     n = len(ordered)
-    rank = min(n, math.ceil((1 - fpr) * (n + 1)))
-    return Margin(ordered[rank - 1], 1 - rank / (n + 1), n, source)
+    # The tolerance keeps a product such as 0.99 * 200 from rounding up to the next rank.
+    rank = min(n, math.ceil((1 - fpr) * (n + 1) - 1e-9))
+    return Margin(ordered[rank - 1], (n + 1 - rank) / (n + 1), n, source)
 
 
 def beyond_margin(outcome: Outcome, margin: Margin) -> Outcome:
