@@ -16,8 +16,11 @@ Engines, all on the shipped SmolLM2 GGUF:
 Every pair of engines gives one value of the statistic per drift prompt: S of `probes.stats.drift`
 (mean absolute gap of per-token mean logprobs, imputation as the probe does it) on windows drawn by
 the probe's own `sample_window` (its prompts, `requests` answers each, top-k logprobs at T=0).
-With `--faults`, testbed faults are measured against the reference too (printed, and kept in the
-file for the record; the probe reads only the honest values).
+With `--faults`, testbed faults (served by the `Llama` engine) are measured against the reference
+too, and so are the honest engines against the reference before issue 22 (llama-cpp-python's
+`chatml-function-calling` format); printed, and kept in the file for the record: the probe reads
+only the honest values. The table's verdicts are the probe's at its default alpha, by equality and
+against the margin these honest values give (in-sample for the honest pairs, by construction).
 
     nice -n 15 .venv/bin/python bench/calibrate_reference.py --faults     # ~2 minutes here
     .venv/bin/python bench/calibrate_reference.py --out /tmp/cal.json     # somewhere else
@@ -47,10 +50,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from probes.base import Outcome, verdict_from_p  # noqa: E402
 from probes.calibration import SCHEMA_VERSION, honest_quantiles  # noqa: E402
 from probes.logprob_drift import Window, sample_window, truncate  # noqa: E402
 from probes.settings import DriftSettings  # noqa: E402
 from probes.stats.drift import drift_test  # noqa: E402
+from probes.stats.equivalence import beyond_margin, conformal_margin  # noqa: E402
 from providers.engines.commands import ENGINE_KINDS, engine_environment, llamacpp_command  # noqa: E402
 from providers.engines.config import EngineConfig  # noqa: E402
 from providers.engines.models import default_cache_dir, smollm2_path  # noqa: E402
@@ -114,6 +119,28 @@ class LlamaSide:
 
         response, _ = self._service.chat("smollm2", "m", parse_chat(body), draw(self._spec, self._rng))
         return response
+
+
+class OldReferenceSide:
+    """The reference before issue 22: llama-cpp-python's `chatml-function-calling` chat format (no
+    default system prompt) instead of the model's own template, as its OpenAI server answered."""
+
+    def __init__(self, gguf: Path) -> None:
+        import llama_cpp
+
+        from probes.testbed.backends import disable_extra_buffers
+
+        disable_extra_buffers()
+        self._llm = llama_cpp.Llama(
+            model_path=str(gguf), n_ctx=2048, n_threads=1, chat_format="chatml-function-calling",
+            logits_all=True, verbose=False,
+        )  # fmt: skip
+
+    async def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        keys = ("messages", "max_tokens", "temperature", "logprobs", "top_logprobs")
+        response = self._llm.create_chat_completion(**{k: body[k] for k in keys})
+        data: dict[str, Any] = json.loads(json.dumps(response, default=float))  # numpy floats -> JSON numbers
+        return data
 
 
 @contextmanager
@@ -229,6 +256,10 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                     {"fault": label, "spec": fault, "prompts": per_prompt(window, windows[REFERENCE], settings, rng)}
                 )
                 print(f"{label}: {time.monotonic() - started:.1f} s", file=sys.stderr)
+            old = await window_of(OldReferenceSide(gguf), settings)
+            for name in (REFERENCE, "llama-cpp-python"):
+                faults.append({"fault": f"{name} vs the old reference", "spec": {"old_reference": True},
+                               "prompts": per_prompt(windows[name], old, settings, rng)})  # fmt: skip
     # Engines whose windows are identical form one family: a second pair of the same two families
     # repeats a value without adding information, so the honest values keep one pair per two families.
     families: dict[str, list[str]] = {}
@@ -283,14 +314,28 @@ def report(data: Mapping[str, Any]) -> None:
     print(f"honest pairs: {len(data['pairs'])}, per-prompt values n={data['honest']['n']}")
     print("engines with identical windows: " + "; ".join(", ".join(f) for f in data["honest"]["identical_windows"]))
     print("quantiles: " + ", ".join(f"{k}={v:.4g}" for k, v in q.items()))
-    print(f"\n| pair | {' | '.join(repr(p) for p in data['settings']['prompts'])} | max S | equality p (min) |")
-    print("|---|" + "---|" * (len(data["settings"]["prompts"]) + 2))
+    settings = DriftSettings()
+    margin = conformal_margin(data["honest"]["values"], settings.calibration_fpr)
+    print(
+        f"margin {margin.value:.4f} (n={margin.n}, per-prompt bound {margin.bound:.3g}); verdicts at alpha {settings.alpha}"
+    )
+    prompts_shown = " | ".join(repr(p) for p in data["settings"]["prompts"])
+    print(f"\n| pair | {prompts_shown} | max S | equality p | equality | calibrated |")
+    print("|---|" + "---|" * (len(data["settings"]["prompts"]) + 4))
     rows = [(f"{p['a']} vs {p['b']}", p["prompts"]) for p in data["pairs"]]
-    rows += [(f"fault: {f['fault']} vs {data['reference']}", f["prompts"]) for f in data["faults"]]
+    rows += [
+        (f["fault"] if "old_reference" in f["spec"] else f"fault: {f['fault']}", f["prompts"]) for f in data["faults"]
+    ]
     for label, prompts in rows:
         stats = [prompts[p]["statistic"] for p in data["settings"]["prompts"]]
-        p_min = min(prompts[p]["p_value"] for p in data["settings"]["prompts"])
-        print(f"| {label} | {' | '.join(f'{s:.4f}' for s in stats)} | {max(stats):.4f} | {p_min:.3g} |")
+        equality = Outcome(
+            statistic=max(stats), p_value=min(1.0, len(stats) * min(v["p_value"] for v in prompts.values())),
+            details={"prompts": prompts},
+        )  # fmt: skip
+        calibrated = beyond_margin(equality, margin)
+        verdicts = [verdict_from_p(o.p_value, settings.alpha) for o in (equality, calibrated)]
+        shown = " | ".join(f"{s:.4f}" for s in stats)
+        print(f"| {label} | {shown} | {max(stats):.4f} | {equality.p_value:.3g} | {verdicts[0]} | {verdicts[1]} |")
 
 
 def main() -> None:
