@@ -2,27 +2,35 @@
 fixed prompt, tested against the endpoint's own frozen golden window and, when a reference engine
 serves the model, against a fresh reference window (Bonferroni over both and over prompts).
 
+Two correct engines differ at T=0 (kernels, batch split), so the reference comparison is judged
+against the honest cross-engine margin of the model's calibration (probes.calibration,
+probes.stats.equivalence) when there is one for these settings; otherwise it stays the equality
+test, which honest engines may fail, and `reference_calibration` in the details says so.
+
 The first run on an endpoint freezes its golden window; it is replaced only by a declared
 rebaseline (clearing the endpoint's baselines), never because of an alarm.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from probes.base import Effect, Grounds, Outcome, ProbeContext, ProbeResult
+from probes.calibration import find_calibration
 from probes.client import ProbeUnavailable
 from probes.stats.drift import drift_test
+from probes.stats.equivalence import beyond_margin, conformal_margin
 from probes.traffic import first_token_budget
 from probes.windowed import Meter, judged, result
 
 if TYPE_CHECKING:
     from gateway.catalog import Endpoint
     from probes.client import ProbeClient
-    from probes.settings import ProbeSettings
+    from probes.settings import DriftSettings, ProbeSettings
 
 Window = dict[str, list[dict[str, float]]]
 
@@ -127,6 +135,7 @@ class LogprobDrift:
             return result(self, "error", Outcome(statistic=0.0), spent, alpha, error=reason, top_logprobs=k)
 
         comparisons: dict[str, Outcome] = {}
+        details: dict[str, Any] = {"top_logprobs": k}
         key = f"golden:k{k}"
         golden = await ctx.baselines.get(ctx.endpoint.id, self.name, key)
         # A golden window needs every prompt answered at least twice; otherwise the next run tries again.
@@ -148,12 +157,15 @@ class LogprobDrift:
                 ctx.reference, settings.prompts, settings.requests, k_ref, meter.step, budget
             )
             reference_tokens = ctx.reference.tokens - before
-            comparisons["reference"] = drift_test(
+            equality = drift_test(
                 truncate(window, k_ref), truncate(ref_window, k_ref), permutations=permutations, rng=ctx.rng
+            )
+            comparisons["reference"], details["reference_calibration"] = await calibrated(
+                equality, ctx.endpoint.model, settings, k_ref
             )
 
         verdict, outcome = judged(_combine(comparisons, answered), alpha, ctx.settings.health)
-        details: dict[str, Any] = {"top_logprobs": k, "reference_tokens": reference_tokens}
+        details["reference_tokens"] = reference_tokens
         # The golden window's own test (None without one): valid whichever engine serves the model.
         details["self_p_value"] = comparisons["golden"].p_value if "golden" in comparisons else None
         if golden is None:
@@ -162,6 +174,16 @@ class LogprobDrift:
                 else "not frozen: too few answers; the next run tries again"
             )
         return result(self, verdict, outcome, spent, alpha, grounds=grounds(verdict, comparisons, alpha), **details)
+
+
+async def calibrated(equality: Outcome, model: str, settings: DriftSettings, k: int) -> tuple[Outcome, str]:
+    """The reference comparison against the honest cross-engine margin for `model`, and a note on
+    which calibration judged it; without one for these settings, the equality test as it is."""
+    calibration, note = await asyncio.to_thread(find_calibration, model, settings.calibration, settings.prompts, k)
+    if calibration is None:
+        return equality, note
+    margin = conformal_margin(calibration.values, settings.calibration_fpr, calibration.source)
+    return beyond_margin(equality, margin), note
 
 
 def grounds(verdict: str, comparisons: Mapping[str, Outcome], alpha: float) -> Grounds:
@@ -179,8 +201,9 @@ def grounds(verdict: str, comparisons: Mapping[str, Outcome], alpha: float) -> G
 def _combine(comparisons: Mapping[str, Outcome], answered: int) -> Outcome:
     """Bonferroni over the comparisons that produced a p-value; the golden statistic leads."""
     tested = {name: o for name, o in comparisons.items() if o.p_value is not None}
+    # Each comparison's own details (a calibrated one adds its margin and false-positive rate).
     details = {
-        name: {"statistic": o.statistic, "p_value": o.p_value, "prompts": o.details.get("prompts", {})}
+        name: {**o.details, "statistic": o.statistic, "p_value": o.p_value, "prompts": o.details.get("prompts", {})}
         for name, o in comparisons.items()
     }
     if not tested:

@@ -17,6 +17,11 @@ class DriftSettings(Frozen):
     top_logprobs: int = Field(20, ge=1, le=20)  # capped by the deployment's max_top_logprobs
     alpha: float = Field(0.05, gt=0, lt=1)
     permutations: int = Field(1000, ge=50)
+    # The reference comparison fails only beyond the honest cross-engine margin (probes.calibration):
+    # a calibration file for the model to use before the bundled ones, and the nominal
+    # false-positive rate per prompt that picks the margin (the calibration may support only more).
+    calibration: str | None = None
+    calibration_fpr: float = Field(0.01, gt=0, lt=1)
 
 
 class DistributionSettings(Frozen):

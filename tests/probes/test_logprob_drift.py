@@ -5,6 +5,7 @@ import pytest
 
 from probes.base import Outcome, ProbeContext
 from probes.baselines import MemoryBaselines
+from probes.calibration import SCHEMA_VERSION
 from probes.logprob_drift import LogprobDrift, first_token, grounds, truncate
 from probes.settings import DriftSettings, ProbeSettings
 from probes.testbed.harness import EndpointSpec, Testbed
@@ -14,7 +15,7 @@ from tests.probes.fakes import FakeProbeClient, ToyModel, chat_json, live_client
 SETTINGS = ProbeSettings(drift=DriftSettings(requests=6, permutations=300))
 
 
-def _ctx(model, *, reference=None, baselines=None, cap=20, confirm=False, seed=0, progress=None):
+def _ctx(model, *, reference=None, baselines=None, cap=20, confirm=False, seed=0, progress=None, settings=SETTINGS):
     endpoint = make_endpoint("prov/m", capabilities={"max_top_logprobs": cap})
     ref = None
     if reference is not None:
@@ -22,7 +23,7 @@ def _ctx(model, *, reference=None, baselines=None, cap=20, confirm=False, seed=0
     return ProbeContext(
         endpoint=endpoint,
         client=FakeProbeClient(endpoint, model),
-        settings=SETTINGS,
+        settings=settings,
         baselines=baselines or MemoryBaselines(),
         rng=np.random.default_rng(seed),
         clock=lambda: 1_000.0,
@@ -96,6 +97,44 @@ async def test_reference_comparison_on_the_first_run():
     assert swapped.verdict == "fail"
     assert swapped.grounds == "reference"  # no golden window yet: the reference comparison alone
     assert swapped.details["reference_tokens"] == 24 * 10 + sum(b["max_tokens"] for b in ctx.reference.bodies)
+
+
+async def _calibrated_settings(tmp_path):
+    """Settings whose calibration for model "m" is one honest pair: a reference and a copy whose
+    logits differ a little (another engine's kernels), measured by the probe itself."""
+    measured = await LogprobDrift().run(_ctx(ToyModel(shift=0.05), reference=ToyModel()))
+    assert "no honest calibration for model 'm'" in measured.details["reference_calibration"]
+    prompts = measured.details["comparisons"]["reference"]["prompts"]
+    values = sorted(v["statistic"] for v in prompts.values())
+    path = tmp_path / "m.json"
+    drift = SETTINGS.drift
+    settings = {"prompts": list(drift.prompts), "requests": drift.requests, "top_logprobs": 20}
+    honest = {"n": len(values), "values": values}
+    path.write_text(json.dumps({"schema": SCHEMA_VERSION, "models": ["m"], "honest": honest, "settings": settings}))
+    return SETTINGS.model_copy(update={"drift": SETTINGS.drift.model_copy(update={"calibration": str(path)})})
+
+
+async def test_an_engine_as_far_as_honest_ones_passes_the_calibrated_reference(tmp_path):
+    settings = await _calibrated_settings(tmp_path)
+    honest = await LogprobDrift().run(_ctx(ToyModel(shift=0.04), reference=ToyModel(), settings=settings))
+    assert honest.details["reference_calibration"] == "calibrated: m.json"
+    reference = honest.details["comparisons"]["reference"]
+    assert reference["equality_p_value"] <= 0.05  # the equality test alone would fail it
+    assert reference["beyond_margin"] == []
+    assert honest.verdict == "pass"
+    prompts = len(SETTINGS.drift.prompts)  # n = prompts honest values: each one's bound is 1/(n + 1)
+    assert reference["false_positive_rate"] == pytest.approx(prompts / (prompts + 1))
+
+
+async def test_an_engine_further_than_honest_ones_fails_the_calibrated_reference(tmp_path):
+    settings = await _calibrated_settings(tmp_path)
+    for faulty in (ToyModel(shift=1.0), ToyModel("other")):
+        result = await LogprobDrift().run(_ctx(faulty, reference=ToyModel(), settings=settings))
+        reference = result.details["comparisons"]["reference"]
+        assert result.verdict == "fail", reference
+        assert set(reference["beyond_margin"]) == set(SETTINGS.drift.prompts)
+        assert reference["statistic"] > reference["margin"]
+        assert result.grounds == "reference"
 
 
 async def test_a_reference_with_a_smaller_top_k_is_compared_at_its_k():
