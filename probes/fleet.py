@@ -19,7 +19,7 @@ demoted set would no longer satisfy e_i >= n / (alpha * |D|) for each of its mem
 bounds the FDR (e-BH's self-consistency; `probes.stats.ebh`). A held endpoint gets its
 confirmatory round, whose evidence multiplies in, and is gated again then. A demotion keeps the
 e-value it was admitted with (the supermartingale stopped at that decision is an e-value): later
-rounds on probation neither take it back nor lower the bar it set. Hard rules (effect "demote",
+rounds on probation neither take it back nor raise the next one's bar. Hard rules (effect "demote",
 e.g. confirmed truncation) are not statistical and pass ungated.
 
 The round's figures live in the shared state store as one JSON value per round. Every change is
