@@ -65,7 +65,11 @@ class Fidelity:
         traffic = ctx.settings.traffic
         # One conversation a round (the χ² is over samples of one distribution), drawn from the
         # user-like pool, so that no fixed prompt marks the probe; the temperature stays as set.
-        frame: str | dict[str, Any] = conversation(ctx.rng, traffic) if traffic.user_like else settings.prompt
+        # No tools: a tool call has no first token to count, and dropping those answers would
+        # test the "no tool call" distribution against the full one (an honest endpoint fails).
+        frame: str | dict[str, Any] = (
+            conversation(ctx.rng, traffic, tools=False) if traffic.user_like else settings.prompt
+        )
         for _ in range(settings.samples):
             seed = int(ctx.rng.integers(2**31))
             try:

@@ -10,31 +10,60 @@ supermartingale and its value when a demotion is proposed is an e-value (Ville).
 e-value is its own-grounds p-value through the calibrator kappa * p^(kappa - 1); a comparison with
 the reference alone carries none (e = 1): another correct engine fails it.
 
-A proposed demotion happens when e-BH over the round's proposed demotions (others at e = 0, which
-keeps the rejected set self-consistent) with n = the fleet's size rejects the endpoint. Hard rules
-(effect "demote", e.g. confirmed truncation) are not statistical and pass ungated. Each decision is
-e-BH over the set as it stands then; earlier demotions of the round are not revisited.
+A proposed demotion happens only when the round's demoted set stays one that e-BH itself rejects
+at `probes.fleet.alpha` with n = the fleet's size: with the endpoints already demoted this round
+(D, each at its e-value when it was demoted), the new one needs e >= n / (alpha * (|D| + 1)), and
+so does every member of D (they do, unless n grew since). An endpoint held back is not counted
+(e = 0 in that e-BH): counting it would lower the next one's bar while it stays undemoted, and the
+demoted set would no longer satisfy e_i >= n / (alpha * |D|) for each of its members, which is what
+bounds the FDR (e-BH's self-consistency; `probes.stats.ebh`). A held endpoint gets its
+confirmatory round, whose evidence multiplies in, and is gated again then. A demotion keeps the
+e-value it was admitted with (the supermartingale stopped at that decision is an e-value): later
+rounds on probation neither take it back nor raise the next one's bar. Hard rules (effect "demote",
+e.g. confirmed truncation) are not statistical and pass ungated.
 
-The round's figures live in the shared state store (one JSON value per round, last writer wins,
-like `probes.evidence`), so every replica gates on the same numbers and the admin API reports them.
+The round's figures live in the shared state store as one JSON value per round. Every change is
+load -> modify -> save under the round's lease (one writer at a time across replicas; a unique
+owner per update, released at once, expiring after `LOCK_TTL_S` if its holder dies), so two
+replicas recording or gating at once lose no update. The store offers no compare-and-swap: a
+holder stalled past the TTL (each store call times out within seconds) could still overwrite one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import math
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
+from gateway.state_store import StoreUnavailable
 from probes.base import ProbeResult
 from probes.evidence import KeyValue
 from probes.settings import FleetSettings
-from probes.stats.ebh import EBH, ebh
+from probes.stats.ebh import EBH, ebh, self_consistent
 from probes.stats.evalues import calibrate
+
+log = logging.getLogger("gateway.probes")
+T = TypeVar("T")
 
 # Past this an e-value decides any fleet (n / (alpha * k) < 1e12 for any real fleet); keeps JSON finite.
 E_CAP = 1e12
+# The round's lease: far longer than one update (two store calls, each bounded by the store's
+# timeout); a writer waits up to LOCK_WAIT_S for it (a dead holder's lease has expired by then).
+LOCK_TTL_S = 10.0
+LOCK_WAIT_S = 2 * LOCK_TTL_S
+
+
+class RoundStore(KeyValue, Protocol):
+    """The slice of the state store the ledger needs: values with a TTL and leases."""
+
+    async def lease_acquire(self, key: str, owner: str, ttl_s: float) -> bool: ...
+
+    async def lease_release(self, key: str, owner: str) -> None: ...
 
 
 def result_e(r: ProbeResult, kappa: float) -> float:
@@ -60,21 +89,22 @@ def audit_e(results: Iterable[ProbeResult], kappa: float) -> float:
 class Gate:
     allowed: bool
     e_value: float
-    ebh: EBH
+    ebh: EBH  # over the round's demotions and this endpoint (held ones not counted)
+    needed: float  # the bar this endpoint had to reach: n / (alpha * (demotions before it + 1))
 
     def describe(self) -> str:
         verb = "admits it" if self.allowed else "holds it back"
         return (
             f"the fleet's e-BH at FDR {self.ebh.alpha:g} over {self.ebh.n} endpoints {verb}: e = {self.e_value:.3g}"
-            f" {'>=' if self.allowed else '<'} {self.ebh.threshold:.3g}"
+            f" {'>=' if self.allowed else '<'} {self.needed:.3g}"
         )
 
 
 class FleetLedger:
     def __init__(
-        self, kv: KeyValue, settings: FleetSettings, fleet_size: Callable[[], int], *, prefix: str = "probe:fleet:"
+        self, store: RoundStore, settings: FleetSettings, fleet_size: Callable[[], int], *, prefix: str = "probe:fleet:"
     ) -> None:
-        self._kv = kv
+        self._kv = store
         self.settings = settings
         self._fleet_size = fleet_size
         self._prefix = prefix
@@ -85,10 +115,14 @@ class FleetLedger:
     async def _load(self, now: float) -> dict[str, Any]:
         raw = await self._kv.kv_get(f"{self._prefix}{self.round_of(now)}")
         data: dict[str, Any] = json.loads(raw) if raw else {}
+        e = {str(k): float(v) for k, v in (data.get("e") or {}).items()}
+        demoted = data.get("demoted") or {}
+        if isinstance(demoted, list):  # written before demotions kept their e-value
+            demoted = {ep: e.get(ep, 1.0) for ep in demoted}
         return {
-            "e": dict(data.get("e") or {}),
+            "e": e,
             "proposed": list(data.get("proposed") or []),
-            "demoted": list(data.get("demoted") or []),
+            "demoted": {str(k): float(v) for k, v in demoted.items()},
             "held": list(data.get("held") or []),
         }
 
@@ -96,48 +130,80 @@ class FleetLedger:
         key = f"{self._prefix}{self.round_of(now)}"
         await self._kv.kv_put(key, json.dumps(data, sort_keys=True).encode(), 2 * self.settings.round_seconds)
 
+    async def _update(self, now: float, change: Callable[[dict[str, Any]], T]) -> T:
+        """`change` applied to the round's data and saved, under the round's lease."""
+        key, owner = f"{self._prefix}lock:{self.round_of(now)}", uuid.uuid4().hex
+        loop = asyncio.get_running_loop()
+        deadline, pause = loop.time() + LOCK_WAIT_S, 0.002
+        while not await self._kv.lease_acquire(key, owner, LOCK_TTL_S):
+            if loop.time() >= deadline:
+                raise StoreUnavailable(f"the fleet's round {self.round_of(now)} stayed locked for {LOCK_WAIT_S:g} s")
+            await asyncio.sleep(pause)
+            pause = min(0.1, pause * 2)
+        try:
+            data = await self._load(now)
+            out = change(data)
+            await self._save(now, data)
+            return out
+        finally:
+            try:
+                await self._kv.lease_release(key, owner)
+            except StoreUnavailable as exc:  # it expires after LOCK_TTL_S
+                log.warning("probes: could not release the fleet's round lease: %s", exc)
+
     async def record(self, endpoint_id: str, results: Iterable[ProbeResult], *, now: float) -> float:
         """Multiply one fresh round's evidence into the endpoint's e-value of the round; returns it."""
-        data = await self._load(now)
-        e = min(E_CAP, float(data["e"].get(endpoint_id, 1.0)) * audit_e(results, self.settings.kappa))
-        data["e"][endpoint_id] = e
-        await self._save(now, data)
-        return e
+        factor = audit_e(results, self.settings.kappa)
 
-    def _ebh(self, data: Mapping[str, Any], proposed: Iterable[str]) -> EBH:
-        candidates = {ep: float(data["e"].get(ep, 1.0)) for ep in proposed}
-        n = max(self._fleet_size(), len(data["e"]), len(candidates))
-        return ebh(candidates, self.settings.alpha, n)
+        def change(data: dict[str, Any]) -> float:
+            e = min(E_CAP, float(data["e"].get(endpoint_id, 1.0)) * factor)
+            data["e"][endpoint_id] = e
+            return e
+
+        return await self._update(now, change)
+
+    def _n(self, data: Mapping[str, Any], extra: int = 0) -> int:
+        return max(self._fleet_size(), len(data["e"]), len(data["demoted"]) + extra)
 
     async def gate(self, endpoint_id: str, *, now: float) -> Gate:
-        """Whether e-BH over this round's proposed demotions (this one included) rejects the endpoint."""
-        data = await self._load(now)
-        proposed = list(dict.fromkeys([*data["proposed"], endpoint_id]))
-        result = self._ebh(data, proposed)
-        allowed = endpoint_id in result.rejected
-        data["proposed"] = proposed
-        for name in ("demoted", "held"):
-            data[name] = [ep for ep in data[name] if ep != endpoint_id]
-        data["demoted" if allowed else "held"].append(endpoint_id)
-        await self._save(now, data)
-        return Gate(allowed, float(data["e"].get(endpoint_id, 1.0)), result)
+        """Whether the round's demotions with this one added are still a set e-BH rejects."""
+
+        def change(data: dict[str, Any]) -> Gate:
+            demoted: dict[str, float] = data["demoted"]
+            e = float(data["e"].setdefault(endpoint_id, 1.0))
+            # Already demoted this round (and back on probation): the rejection stands as admitted.
+            candidates = demoted if endpoint_id in demoted else {**demoted, endpoint_id: e}
+            n = self._n(data, extra=1)
+            allowed = self_consistent(candidates, self.settings.alpha, n)
+            data["proposed"] = list(dict.fromkeys([*data["proposed"], endpoint_id]))
+            data["held"] = [ep for ep in data["held"] if ep != endpoint_id]
+            if allowed:
+                demoted.setdefault(endpoint_id, e)
+            else:
+                data["held"].append(endpoint_id)
+            needed = n / (self.settings.alpha * len(candidates))
+            return Gate(allowed, candidates.get(endpoint_id, e), ebh(candidates, self.settings.alpha, n), needed)
+
+        return await self._update(now, change)
 
     async def snapshot(self, *, now: float) -> dict[str, Any]:
         """The round's figures for the admin API and the dashboard."""
         data = await self._load(now)
-        result = self._ebh(data, data["proposed"])
+        demoted: dict[str, float] = data["demoted"]
+        n, k, alpha = self._n(data), len(demoted), self.settings.alpha
         start = self.round_of(now) * self.settings.round_seconds
         return {
             "object": "probe.fleet",
             "round": self.round_of(now),
             "round_start": start,
             "round_seconds": self.settings.round_seconds,
-            "alpha": self.settings.alpha,
+            "alpha": alpha,
             "method": "e-BH",
-            "n": result.n,
-            "k": result.k,
-            "threshold": result.threshold,
-            "demoted": len(data["demoted"]),
+            "n": n,
+            "k": k,
+            "threshold": n / (alpha * max(1, k)),  # what the k-th demotion needed
+            "next_threshold": max(n, k + 1) / (alpha * (k + 1)),  # what the next one needs
+            "demoted": k,
             "held": len(data["held"]),
             "endpoints": sorted(
                 (
@@ -145,7 +211,8 @@ class FleetLedger:
                         "endpoint": ep,
                         "e_value": e,
                         "proposed": ep in data["proposed"],
-                        "demoted": ep in data["demoted"],
+                        "demoted": ep in demoted,
+                        "demoted_e": demoted.get(ep),
                         "held": ep in data["held"],
                     }
                     for ep, e in data["e"].items()

@@ -42,7 +42,8 @@ class TrafficSettings(Frozen):
     user_like: bool = True  # draw the fidelity probe's conversation from the pool (else `fidelity.prompt`)
     system_share: float = Field(0.7, ge=0, le=1)  # requests with a system prompt
     history_share: float = Field(0.4, ge=0, le=1)  # ...with earlier turns
-    tools_share: float = Field(0.2, ge=0, le=1)  # ...with tool definitions
+    # ...with tool definitions, where a probe's statistic counts a tool call (not fidelity's)
+    tools_share: float = Field(0.2, ge=0, le=1)
     # Extra max_tokens, drawn in [0, n], on requests of which only the first token is read.
     max_tokens_jitter: int = Field(6, ge=0)
 

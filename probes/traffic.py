@@ -6,7 +6,9 @@ traffic: a system prompt, earlier turns, tool definitions, and a user request, w
 jittered where only the first token is read. What stays fixed is what the statistics need:
 temperature for logprob probes, the frozen prompts of the drift and distribution tests (their
 golden windows and pools are keyed by them), and one conversation per fidelity round (its χ² is
-over samples of one distribution). Every draw comes from the RNG the runner gives the probe
+over samples of one distribution). Fidelity's conversation carries no tools: an answer that
+becomes a tool call has no first token to count, so dropping it would test the distribution
+given "no tool call" against the full one, and an honest endpoint would fail. Every draw comes from the RNG the runner gives the probe
 (seeded by `probes.seed`), never the global one: a fixed seed replays the same requests.
 """
 
@@ -120,9 +122,12 @@ def _pick(rng: np.random.Generator, pool: tuple[Any, ...]) -> Any:
     return pool[int(rng.integers(len(pool)))]
 
 
-def conversation(rng: np.random.Generator, settings: TrafficSettings, user: str | None = None) -> dict[str, Any]:
-    """A request's `messages` (and `tools`, sometimes) as a user's client would send them; the last
-    message is `user`, or a request drawn from the pool."""
+def conversation(
+    rng: np.random.Generator, settings: TrafficSettings, user: str | None = None, *, tools: bool = True
+) -> dict[str, Any]:
+    """A request's `messages` (and `tools`, sometimes, unless `tools` is false) as a user's client
+    would send them; the last message is `user`, or a request drawn from the pool. Tools only where
+    the endpoint takes them and a tool call is an outcome the probe's statistic counts."""
     messages: list[dict[str, str]] = []
     if rng.random() < settings.system_share:
         messages.append({"role": "system", "content": _pick(rng, SYSTEM_PROMPTS)})
@@ -131,7 +136,7 @@ def conversation(rng: np.random.Generator, settings: TrafficSettings, user: str 
             messages += [{"role": "user", "content": asked}, {"role": "assistant", "content": answered}]
     messages.append({"role": "user", "content": user if user is not None else _pick(rng, USER_REQUESTS)})
     body: dict[str, Any] = {"messages": messages}
-    if rng.random() < settings.tools_share:
+    if tools and rng.random() < settings.tools_share:
         body["tools"] = [dict(t) for t in _pick(rng, TOOL_SETS)]
     return body
 

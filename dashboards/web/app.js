@@ -545,7 +545,7 @@
   }
 
   // The audit round's false discovery control (GET /admin/api/probes/fleet): demotions across the
-  // fleet go through e-BH at FDR alpha.
+  // fleet go through e-BH at FDR alpha; demotion k of the round needs e >= n / (alpha k).
   function renderFleet(node, fleet) {
     const f = fleet.data;
     if (!f || !f.method) {
@@ -554,7 +554,8 @@
       return;
     }
     node.textContent = "Fleet FDR \u2264 " + f.alpha + " (" + f.method + " over " + f.n + " endpoints this round): "
-      + f.demoted + " demoted, " + f.held + " held back; one demotion needs e \u2265 " + num(f.n / f.alpha) + ".";
+      + f.demoted + " demoted, " + f.held + " held back; the next demotion needs e \u2265 "
+      + num(f.next_threshold != null ? f.next_threshold : f.n / f.alpha) + ".";
     node.dataset.alpha = String(f.alpha);
     show(node, true);
   }

@@ -220,6 +220,7 @@ def test_probe_runs_page_filters_and_shows_a_run(page: Any, gateway: Gateway) ->
     fleet = page.locator("#probes-fleet")
     expect(fleet).to_be_visible()
     expect(fleet).to_contain_text("Fleet FDR \u2264 0.1 (e-BH over")
+    expect(fleet).to_contain_text("the next demotion needs e \u2265")
     page.get_by_label("Verdict").select_option("fail")
     expect(page.locator("#probes-table tbody tr")).to_have_count(
         1

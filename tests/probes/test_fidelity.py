@@ -6,7 +6,7 @@ import pytest
 from probes.base import ProbeContext
 from probes.baselines import MemoryBaselines
 from probes.fidelity import Fidelity, logprob_spread
-from probes.settings import FidelitySettings, ProbeSettings
+from probes.settings import FidelitySettings, ProbeSettings, TrafficSettings
 from probes.testbed.harness import EndpointSpec, Testbed
 from tests.fakes.catalog import make_endpoint
 from tests.probes.fakes import FakeProbeClient, ToyModel, chat_json, live_clients, unavailable
@@ -102,3 +102,30 @@ async def test_live_fidelity_passes_honest_and_fails_a_served_temperature(testbe
             assert cooled.details["temperature_estimate"] < 0.9
     finally:
         testbed.clear_fault("target")
+
+
+class ToolCaller(ToyModel):
+    """An honest endpoint whose most likely first token opens a tool call when the request has
+    tools: it answers with `tool_calls` and no logprobs content, as servers do for a parsed call."""
+
+    def __call__(self, body):
+        answer = super().__call__(body)
+        top = answer["choices"][0]["logprobs"]["content"][0]
+        if body.get("tools") and top["token"] == max(top["top_logprobs"], key=lambda t: t["logprob"])["token"]:
+            call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            answer["choices"][0] = {"index": 0, "finish_reason": "tool_calls", "logprobs": None, "message": message}
+        return answer
+
+
+async def test_fidelity_sends_no_tools_so_a_tool_call_cannot_bias_the_sample():
+    """Answers that became tool calls carry no first token to count: dropping them conditions the
+    sample on "not a tool call" while the expected distribution is the full one, and an honest
+    endpoint would fail. Fidelity's conversation never carries tools, whatever `tools_share` says."""
+    settings = SETTINGS.model_copy(update={"traffic": TrafficSettings(tools_share=1.0)})
+    for seed in (0, 1, 2):
+        ctx = _ctx(ToolCaller(seed=seed), seed=seed)
+        ctx.settings = settings
+        result = await Fidelity().run(ctx)
+        assert not any("tools" in b for b in ctx.client.bodies)
+        assert result.verdict == "pass" and result.samples == 200, result.details

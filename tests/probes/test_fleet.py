@@ -3,15 +3,23 @@ as the app's MemoryStore), and the runner holding back a demotion e-BH does not 
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
 import pytest
 
 from gateway.state_store.memory import MemoryStore
+from gateway.state_store.redis import RedisStore
 from probes.base import ProbeResult
 from probes.fleet import E_CAP, FleetLedger, audit_e, result_e
 from probes.settings import FleetSettings
 from probes.stats.evalues import calibrate
 from tests.fakes.clock import FakeClock
+from tests.gateway.state_store.redis_helpers import REDIS_URL, delete_prefix, redis_available, unique_prefix
 from tests.probes.test_runner import A, Script, make_runner
+from tests.services import require
 
 DAY = 86_400.0
 
@@ -83,3 +91,118 @@ async def test_scheduled_windows_do_not_feed_the_round() -> None:
     assert (await runner.fleet.snapshot(now=clock()))["endpoints"] == []
     await runner.run(A.id, ["fidelity"], trigger="manual")
     assert [row["endpoint"] for row in (await runner.fleet.snapshot(now=clock()))["endpoints"]] == [A.id]
+
+
+# -- the demoted set stays self-consistent (review finding: a held endpoint lowered the next bar) --
+
+
+def e_of(e: float) -> list[ProbeResult]:
+    """One failing result whose calibrated e-value (kappa 0.5) is `e`: p = (0.5 / e)^2."""
+    return [res(p=(0.5 / e) ** 2)]
+
+
+async def test_a_held_endpoint_does_not_lower_the_bar_for_the_next() -> None:
+    """n = 10, alpha = 0.1: demotion j of the round needs e >= 100 / j. A held endpoint is not
+    demoted, so it is not one of the j: B (60) after A (60) held still needs 100, and is held."""
+    clock = FakeClock(start=10 * DAY)
+    ledger = FleetLedger(MemoryStore(clock), FleetSettings(alpha=0.1), lambda: 10, prefix="t-fleet-h:")
+    for ep, e in (("a", 60.0), ("b", 60.0), ("c", 120.0)):
+        await ledger.record(ep, e_of(e), now=clock())
+    a = await ledger.gate("a", now=clock())
+    b = await ledger.gate("b", now=clock())
+    assert not a.allowed and not b.allowed
+    assert "e = 60 < 100" in b.describe()
+    snap = await ledger.snapshot(now=clock())
+    assert (snap["k"], snap["demoted"], snap["held"], snap["next_threshold"]) == (0, 0, 2, 100.0)
+    # c (120 >= 100) is the first demotion; then a (60 >= 100/2) the second, b (60 >= 100/3) the third.
+    assert (await ledger.gate("c", now=clock())).allowed
+    second = await ledger.gate("a", now=clock())
+    assert second.allowed and "e = 60 >= 50" in second.describe()
+    assert (await ledger.gate("b", now=clock())).allowed
+    snap = await ledger.snapshot(now=clock())
+    assert (snap["k"], snap["demoted"], snap["held"], snap["threshold"]) == (3, 3, 0, pytest.approx(100 / 3))
+
+
+async def test_a_demotion_keeps_the_e_value_it_was_admitted_with() -> None:
+    """An endpoint's e-value when it was demoted is its stopped test supermartingale: later rounds
+    on probation do not take that rejection back, and it still counts for the next one's bar."""
+    clock = FakeClock(start=10 * DAY)
+    ledger = FleetLedger(MemoryStore(clock), FleetSettings(alpha=0.1), lambda: 10, prefix="t-fleet-f:")
+    await ledger.record("c", e_of(120.0), now=clock())
+    assert (await ledger.gate("c", now=clock())).allowed
+    for _ in range(3):  # three clean rounds (p = 1: e = 0.5 each): 120 -> 15
+        await ledger.record("c", [res("pass", p=1.0)], now=clock())
+    await ledger.record("x", e_of(60.0), now=clock())
+    assert (await ledger.gate("x", now=clock())).allowed  # {c: 120, x: 60}: both >= 50
+    rows = {row["endpoint"]: row for row in (await ledger.snapshot(now=clock()))["endpoints"]}
+    assert rows["c"]["e_value"] == pytest.approx(15.0) and rows["c"]["demoted_e"] == pytest.approx(120.0)
+    assert rows["x"]["demoted_e"] == pytest.approx(60.0)
+
+
+async def test_every_demoted_set_is_one_e_bh_rejects() -> None:
+    """Random e-values and gate orders (held ones gated again, with more evidence): after every
+    decision each demoted endpoint's e-value (when admitted) is >= n / (alpha * |demoted|)."""
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        clock = FakeClock(start=10 * DAY)
+        n = int(rng.integers(3, 15))
+        ledger = FleetLedger(MemoryStore(clock), FleetSettings(alpha=0.1), lambda n=n: n, prefix=f"t-fleet-p{trial}:")
+        for _ in range(3 * n):
+            ep = f"ep{int(rng.integers(n))}"
+            await ledger.record(ep, e_of(float(np.exp(rng.uniform(0, np.log(4 * n / 0.1))))), now=clock())
+            gate = await ledger.gate(ep, now=clock())
+            snap = await ledger.snapshot(now=clock())
+            demoted = [row["demoted_e"] for row in snap["endpoints"] if row["demoted"]]
+            assert len(demoted) == snap["k"] == snap["demoted"]
+            assert all(e >= n / (0.1 * len(demoted)) * (1 - 1e-12) for e in demoted), (trial, demoted)
+            assert gate.allowed == (ep in {row["endpoint"] for row in snap["endpoints"] if row["demoted"]})
+
+
+# -- concurrent writers (review finding: load -> modify -> save lost one of two updates) ----------
+
+
+class Yielding:
+    """A store that gives the event loop away before each call, as a network store does."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._store, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0)
+            return await method(*args, **kwargs)
+
+        return call
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def shared_store(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    if request.param == "memory":
+        yield Yielding(MemoryStore(FakeClock(start=10 * DAY)))
+        return
+    require(redis_available(), f"Redis is not answering at {REDIS_URL} (scripts/services.sh starts it)")
+    prefix = unique_prefix()
+    store = RedisStore(REDIS_URL, prefix=prefix, timeout=1.0)
+    try:
+        yield store
+    finally:
+        await store.aclose()
+        delete_prefix(prefix)
+
+
+async def test_two_replicas_writing_the_round_at_once_lose_no_update(shared_store: Any) -> None:
+    now = 10 * DAY
+    replicas = [FleetLedger(shared_store, FleetSettings(alpha=0.1), lambda: 10) for _ in range(2)]
+    # Each replica records 8 endpoints of its own and one endpoint both audit (3 factors of 2 each).
+    jobs = [replicas[i % 2].record(f"ep{i}", e_of(200.0), now=now) for i in range(16)]
+    jobs += [replicas[i % 2].record("both", [res("pass", p=0.0625)], now=now) for i in range(3)]  # e = 2
+    await asyncio.gather(*jobs)
+    rows = {row["endpoint"]: row["e_value"] for row in (await replicas[0].snapshot(now=now))["endpoints"]}
+    assert len(rows) == 17 and rows["both"] == pytest.approx(8.0)
+    # Two demotions gated at once: the second sees the first (bars 100, then 50), both are kept.
+    gates = await asyncio.gather(replicas[0].gate("ep0", now=now), replicas[1].gate("ep1", now=now))
+    assert all(g.allowed for g in gates)
+    snap = await replicas[1].snapshot(now=now)
+    assert (snap["k"], snap["demoted"]) == (2, 2)

@@ -52,6 +52,8 @@ def test_the_pool_draws_system_prompts_turns_and_tools_at_their_shares() -> None
     assert {d["messages"][-1]["content"] for d in draws} == set(USER_REQUESTS)
     assert {d["messages"][0]["content"] for d in draws if d["messages"][0]["role"] == "system"} == set(SYSTEM_PROMPTS)
     assert conversation(rng, settings, "fixed")["messages"][-1]["content"] == "fixed"
+    # A probe whose statistic cannot count a tool call asks for none, whatever the share says.
+    assert not any("tools" in conversation(rng, TrafficSettings(tools_share=1.0), tools=False) for _ in range(50))
     budgets = {first_token_budget(rng, settings) for _ in range(500)}
     assert budgets == set(range(1, settings.max_tokens_jitter + 2))
 

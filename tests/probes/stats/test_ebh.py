@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from probes.stats.ebh import ebh
+from probes.stats.ebh import ebh, self_consistent
 from probes.stats.evalues import calibrate
 
 
@@ -27,6 +27,24 @@ def test_hypotheses_without_evidence_count_in_n() -> None:
     assert ebh({"a": 50.0}, 0.1).rejected == ("a",)  # n = 1: the bar is 10
     assert ebh({"a": 50.0}, 0.1, n=10).rejected == ()  # n = 10: the bar is 100
     assert ebh({"a": 100.0}, 0.1, n=10).rejected == ("a",)
+
+
+def test_self_consistency_of_a_set_built_one_rejection_at_a_time() -> None:
+    # n = 10, alpha = 0.1: a rejected set of k needs every member at e >= 100 / k.
+    assert self_consistent({}, 0.1, 10)
+    assert not self_consistent({"b": 60.0}, 0.1, 10)  # 60 < 100
+    assert self_consistent({"c": 120.0, "a": 60.0}, 0.1, 10)  # both >= 50
+    assert not self_consistent({"c": 120.0, "a": 49.0}, 0.1, 10)
+    assert self_consistent({"c": 120.0, "a": 60.0, "b": 100 / 3}, 0.1, 10)
+    # e-BH's set is self-consistent, and holds every self-consistent set (it is the largest).
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        e = {f"h{i}": float(x) for i, x in enumerate(np.exp(rng.uniform(0, 6, size=8)))}
+        out = ebh(e, 0.1, 12)
+        assert self_consistent({h: e[h] for h in out.rejected}, 0.1, 12)
+        subset = {h: v for h, v in e.items() if rng.random() < 0.5}
+        if self_consistent(subset, 0.1, 12):
+            assert set(subset) <= set(out.rejected)
 
 
 def test_bad_input_is_refused() -> None:
