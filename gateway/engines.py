@@ -63,6 +63,7 @@ def engine_endpoints(cfg: EngineConfig, supervisor: Any) -> list[Endpoint]:
             context_window=cfg.n_ctx,
             capabilities=engine_capabilities(cfg),
             routing=engine_routing(cfg),
+            native=cfg.native,
         )
         index = replica.index
         endpoints.append(

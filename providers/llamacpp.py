@@ -36,6 +36,13 @@ Prompt counting (`PromptCounting`, for /v1/messages/count_tokens): the chat body
 sent, is rendered by the engine's own chat template (`POST /apply-template`) and the prompt
 tokenized (`POST /tokenize`, with the special tokens the engine adds to a chat prompt), which is
 how llama-server counts the `prompt_tokens` of that chat request.
+
+llama-server also serves Anthropic's Messages API itself (`/v1/messages`, its events named as
+Anthropic names them, usage with ``cache_read_input_tokens``): a deployment or engine with
+``native: [messages]`` gets a Messages request as the client sent it (`NativeAdapter`), with only
+the sampling defaults set where the client left them (Anthropic's are OpenAI's: temperature 1, no
+top-p, top-k or min-p cut), and its answer or events back as they are. Its message ids then read
+``chatcmpl-...`` (llama.cpp's), not ``msg_...``.
 """
 
 from __future__ import annotations
@@ -48,7 +55,8 @@ import orjson
 
 from kernel.errors import ProviderServerError
 from kernel.values import Operation
-from providers.base import Target, UpstreamRequest
+from providers import anthropic_native
+from providers.base import ParsedBody, Target, UpstreamRequest
 from providers.openai_compat import OpenAICompatAdapter, OpenAIStreamTranslator
 
 _CALL_ID_PREFIX = "call_"
@@ -118,6 +126,27 @@ class LlamaCppAdapter(OpenAICompatAdapter):
                     message["tool_calls"] = calls[:1]
                     choice["finish_reason"] = "tool_calls"
         return obj
+
+    # -- Messages, passed through (providers.base.NativeAdapter) -------------------------------
+
+    native_apis = frozenset({anthropic_native.MESSAGES})
+
+    def build_native(
+        self, target: Target, api: str, body: Mapping[str, Any], stream: bool, headers: Mapping[str, str]
+    ) -> UpstreamRequest:
+        sampled = {**body}
+        for name, value in _OPENAI_SAMPLING:
+            sampled.setdefault(name, value)
+        own = {"content-type": "application/json", "connection": "close"}
+        if target.api_key:
+            own["authorization"] = f"Bearer {target.api_key}"
+        return anthropic_native.build_native(target, sampled, stream, headers, {**own, **target.extra_headers})
+
+    def parse_native(self, target: Target, api: str, body: bytes) -> ParsedBody:
+        return anthropic_native.parse_native(target, body)
+
+    def native_stream(self, target: Target, api: str) -> anthropic_native.NativeStream:
+        return anthropic_native.NativeStream(target)
 
     def stream_translator(self, target: Target, op: Operation, body: dict[str, Any]) -> OpenAIStreamTranslator:
         translator = super().stream_translator(target, op, body)

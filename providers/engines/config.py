@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from kernel.deployment import Capabilities, DeploymentRouting, Price, header_safe
+from kernel.deployment import Capabilities, DeploymentRouting, NativeApi, Price, header_safe
 from kernel.frozen import Frozen
 
 
@@ -49,6 +49,9 @@ class EngineConfig(Frozen):
     # Routing hints for every replica (default: `parallel` slots each for llama.cpp, else one;
     # the engine's cache profile).
     routing: DeploymentRouting = DeploymentRouting()
+    # Client APIs the engine serves itself, passed through instead of translated (`DeploymentConfig.native`):
+    # llama.cpp serves Anthropic's Messages.
+    native: frozenset[NativeApi] = frozenset()
 
     _name_header_safe = field_validator("served_model_name")(header_safe)
 
@@ -56,4 +59,6 @@ class EngineConfig(Frozen):
     def _external_needs_url(self) -> EngineConfig:
         if self.kind == "external" and not self.url:
             raise ValueError("kind 'external' needs url")
+        if self.native and (self.kind != "llamacpp" or self.embeddings):
+            raise ValueError("native: only a llamacpp chat engine serves Messages itself")
         return self

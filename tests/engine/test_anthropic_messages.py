@@ -4,6 +4,7 @@ engine's own tokenizer and chat template, equals the prompt tokens the engine re
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -14,10 +15,37 @@ from tests.engine.conftest import KEY, MODEL, Gateway
 pytestmark = pytest.mark.engine
 
 
+@pytest.fixture(scope="module")
+def native(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """The bundled engine with `native: [messages]`: llama-server's own /v1/messages, passed through."""
+    gw = Gateway(tmp_path_factory.mktemp("engine-native"), native=["messages"])
+    try:
+        yield gw.wait_ready()
+    finally:
+        gw.close()
+
+
+def test_messages_passed_through_to_llama_servers_own_messages_api(native: Gateway) -> None:
+    with anthropic.Anthropic(base_url=native.url, api_key=KEY, max_retries=0, timeout=60) as client:
+        whole = client.messages.create(model=MODEL, max_tokens=6, messages=[{"role": "user", "content": "Write a story."}])
+        with client.messages.stream(
+            model=MODEL, max_tokens=8, system="You are brief.", messages=[{"role": "user", "content": "Say hello."}]
+        ) as stream:
+            text = "".join(stream.text_stream)
+            final = stream.get_final_message()
+    # llama.cpp's own ids: the engine's answer, not the gateway's translation of a chat completion.
+    assert whole.id.startswith("chatcmpl-") and final.id.startswith("chatcmpl-")
+    assert whole.stop_reason == "max_tokens" and whole.usage.output_tokens == 6
+    assert text and final.content[0].text == text  # type: ignore[union-attr]
+    assert 0 < final.usage.output_tokens <= 8
+    assert final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0) > 10
+
+
 def test_messages_create_and_stream_on_the_bundled_engine(gateway: Gateway) -> None:
     with anthropic.Anthropic(base_url=gateway.url, api_key=KEY, max_retries=0, timeout=60) as client:
         cut = client.messages.create(model=MODEL, max_tokens=4, messages=[{"role": "user", "content": "Write a long story."}])
         assert cut.stop_reason == "max_tokens" and cut.usage.output_tokens == 4
+        assert cut.id.startswith("msg_")  # translated from a chat completion (the gateway's id)
         assert cut.content[0].type == "text" and cut.content[0].text
         with client.messages.stream(
             model=MODEL, max_tokens=12, system="You are brief.", messages=[{"role": "user", "content": "Say hello."}]

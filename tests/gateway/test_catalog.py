@@ -84,6 +84,8 @@ def test_native_apis_are_off_by_default_and_checked_against_the_provider_kind() 
     assert plain.deployment.native == frozenset()
     [claude] = endpoints_from_settings(_native_settings("anthropic", ["messages"]))
     assert claude.deployment.native == {"messages"}
+    [llama] = endpoints_from_settings(_native_settings("llamacpp", ["messages"]))  # llama-server serves it
+    assert llama.deployment.native == {"messages"}
     with pytest.raises(ConfigError, match="provider kind 'openai' does not take the messages API as is"):
         endpoints_from_settings(_native_settings("openai", ["messages"]))
     with pytest.raises(ConfigError, match="deployments.0.native.0: Input should be 'messages'"):

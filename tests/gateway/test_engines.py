@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+from pydantic import ValidationError
+
 from gateway.engines import engine_endpoints
 from gateway.routing.affinity import profile_for
 from kernel.deployment import DeploymentRouting
@@ -48,3 +51,13 @@ def test_each_endpoint_reads_its_own_replicas_load() -> None:
     assert a.reported_load() is None and b.reported_load() is None
     sup.loads[1] = EngineLoad(processing=2, deferred=1, slots=4, kv_usage=0.5, read_at=0.0)
     assert a.reported_load() is None and b.reported_load() is sup.loads[1]
+
+
+def test_a_llamacpp_engine_may_take_messages_as_is_and_no_other_engine_may() -> None:
+    (plain,) = engine_endpoints(EngineConfig(), Supervisor())
+    (native,) = engine_endpoints(EngineConfig(native=frozenset({"messages"})), Supervisor())
+    assert plain.deployment.native == frozenset() and native.deployment.native == {"messages"}
+    assert "messages" in native.adapter.native_apis  # type: ignore[attr-defined]
+    for other in ({"kind": "vllm", "model": "org/m"}, {"embeddings": True}):
+        with pytest.raises(ValidationError, match="only a llamacpp chat engine serves Messages itself"):
+            EngineConfig(native=frozenset({"messages"}), **other)  # type: ignore[arg-type]

@@ -501,3 +501,28 @@ def test_a_count_answer_without_its_field_is_a_server_error(answer: bytes) -> No
         ADAPTER.count_step(TARGET, {"messages": []}, 1, answer)
     with pytest.raises(ProviderServerError, match="tokens"):
         ADAPTER.count_step(TARGET, {"messages": []}, 2, answer.replace(b"prompt", b"tokens"))
+
+
+# -- Messages, passed through to llama-server's own /v1/messages ---------------------------------
+
+
+def test_a_messages_request_goes_to_llama_servers_own_route_as_the_client_sent_it() -> None:
+    body = {"model": "smollm2-135m", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}],
+            "top_k": 5, "metadata": {"user_id": "u1"}}
+    request = ADAPTER.build_native(TARGET, "messages", body, True, {"anthropic-beta": "b1", "x-api-key": "sk-client"})
+    assert request.method == "POST" and request.url == "http://127.0.0.1:8001/v1/messages" and request.stream
+    sent = orjson.loads(request.body)
+    # The client's fields as they were (its top_k kept); only the model and the unset sampling change.
+    assert sent == {**body, "model": "smollm2", "stream": True, "temperature": 1.0, "top_p": 1.0, "min_p": 0.0}
+    assert request.headers["connection"] == "close" and request.headers["anthropic-beta"] == "b1"
+    assert "x-api-key" not in request.headers and "authorization" not in request.headers  # never the client's key
+
+
+def test_a_passed_through_message_is_parsed_for_its_usage_only() -> None:
+    message = {"id": "chatcmpl-x", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "Hi"}],
+               "usage": {"input_tokens": 1, "cache_read_input_tokens": 31, "output_tokens": 2}}
+    raw = orjson.dumps(message)
+    parsed = ADAPTER.parse_native(TARGET, "messages", raw)
+    assert parsed.body == raw  # byte for byte
+    assert parsed.usage is not None and parsed.usage.prompt_tokens == 32 and parsed.usage.cached_tokens == 31
+    assert parsed.usage.completion_tokens == 2
