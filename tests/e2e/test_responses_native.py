@@ -40,8 +40,9 @@ def _dep(model: str, upstream: str, *, native: bool = True) -> dict[str, Any]:
     return {"model": model, "provider": "fake", "upstream_model": upstream, "native": NATIVE if native else []}
 
 
-def settings(url: str) -> Settings:
+def settings(url: str, **overrides: Any) -> Settings:
     return load_config(
+        **overrides,
         environ={},
         auth={"keys": [{"name": "plain", "key": GATEWAY_KEY}]},
         timeouts=TIMEOUTS,
@@ -267,3 +268,71 @@ def test_a_native_chain_across_two_replicas(
         assert _plain(cb.responses.retrieve(first.id)) == _plain(first)
         cb.responses.create(model="native", input="what number?", previous_response_id=first.id)
     assert [i.get("content") for i in _native_sent(upstream)[-1]["input"][::2]] == ["remember 42", "what number?"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_native_response_over_the_stores_cap_is_answered_and_not_kept(
+    start_gateway: Callable[..., GatewayServer], upstream: FakeOpenAIUpstream, stream: bool
+) -> None:
+    small = start_gateway(settings(upstream.url, responses={"max_stored_bytes": 2048}))
+    with sync_client(small) as c:
+        kept = c.responses.create(model="native", input="short")
+        assert c.responses.retrieve(kept.id).store is True
+        if stream:
+            with c.responses.stream(model="native", input="long " * 300) as s:
+                events = list(s)
+                big = s.get_final_response()
+            assert events[0].response.store is True  # type: ignore[union-attr]  # echoed before the size was known
+        else:
+            big = c.responses.create(model="native", input="long " * 300)
+        assert big.store is False and big.output_text.startswith(REPLY_PREFIX + "long")
+        with pytest.raises(openai.NotFoundError):
+            c.responses.retrieve(big.id)
+
+
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        "days": {"type": "integer"},
+    },
+    "required": ["city"],
+}
+TOOLS: list[Any] = [{"type": "function", "name": "get_weather", "parameters": WEATHER}, *HOSTED]
+
+
+def test_a_native_streamed_call_equals_the_whole_one_and_its_output_goes_on(
+    client: openai.OpenAI, upstream: FakeOpenAIUpstream
+) -> None:
+    kwargs: dict[str, Any] = {
+        "model": "native",
+        "input": "Weather in Paris?",
+        "tools": TOOLS,
+        "tool_choice": "required",
+    }
+    whole = client.responses.create(**kwargs)
+    with client.responses.stream(**kwargs) as stream:
+        deltas = [e for e in stream if e.type == "response.function_call_arguments.delta"]
+        final = stream.get_final_response()
+    assert len(deltas) > 2  # the arguments arrived in pieces
+    [call] = [i for i in final.output if i.type == "function_call"]
+    [expected] = [i for i in whole.output if i.type == "function_call"]
+    assert (
+        (call.name, call.arguments)
+        == (expected.name, expected.arguments)
+        == ("get_weather", '{"city": "city-value", "unit": "celsius", "days": 1}')
+    )
+    answer = client.responses.create(
+        model="native",
+        previous_response_id=final.id,
+        tools=TOOLS,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}],
+    )
+    assert answer.output_text == REPLY_PREFIX + "sunny"
+    sent = _native_sent(upstream)[-1]
+    assert sent["tools"] == TOOLS and sent["input"] == [
+        {"type": "message", "role": "user", "content": "Weather in Paris?"},
+        {k: v for k, v in call.to_dict().items() if k != "parsed_arguments"},  # the SDK helper's own
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
+    ]

@@ -6,8 +6,11 @@ response.content_part.added, response.output_text.delta (one per word), ...done 
 response.completed (response.incomplete when `max_output_tokens` cut it).
 
 It stores nothing, as a `store: false` upstream: a `previous_response_id` is a 404, as OpenAI answers
-an id it does not hold. The answer echoes the last user message ("You said: ..."); hosted tools and
-fields it does not know are accepted and ignored. Faults: the model id's or the script's, as for chat
+an id it does not hold. The answer echoes the last user message ("You said: "), or, with function
+`tools` and a `tool_choice` of "required" or naming one, is one `function_call` item (arguments
+sampled from the schema, streamed in pieces as response.function_call_arguments.delta); after a
+`function_call_output` it echoes that output. Hosted tools and fields it does not know are accepted
+and ignored. Faults: the model id's or the script's, as for chat
 (status, reset, slow, cut:N, error-event:N — an `error` event after N events).
 """
 
@@ -21,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from tests.fakes.openai_upstream import REPLY_PREFIX, _content_text, _error, _hang_up, _reset, _words
+from tests.fakes.openai_upstream import REPLY_PREFIX, _content_text, _error, _hang_up, _reset, _sample_arguments, _words
 
 if TYPE_CHECKING:
     from tests.fakes.openai_upstream import FakeOpenAIUpstream
@@ -34,7 +37,17 @@ def _items(value: Any) -> list[dict[str, Any]]:
 
 
 def _text(item: dict[str, Any]) -> str:
+    if item.get("type") == "function_call_output":
+        return str(item.get("output"))
     return _content_text(item) if item.get("type", "message") == "message" else ""
+
+
+def _chosen(body: dict[str, Any]) -> dict[str, Any] | None:
+    tools = [t for t in body.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"]
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return next((t for t in tools if t.get("name") == choice.get("name")), None)
+    return tools[0] if tools and choice == "required" else None
 
 
 class ResponsesAnswer:
@@ -47,10 +60,17 @@ class ResponsesAnswer:
         words = sum(len(_words(_text(i))) + 4 for i in items)
         self.input_tokens = words + (len(_words(body["instructions"])) + 4 if body.get("instructions") else 0)
         self.cached = min(upstream.cached_tokens, self.input_tokens)
-        last_user = next((i for i in reversed(items) if i.get("role") == "user"), {})
-        self.tokens = _words(REPLY_PREFIX + _text(last_user))
+        last = next(
+            (i for i in reversed(items) if i.get("role") == "user" or i.get("type") == "function_call_output"), {}
+        )
+        self.tokens = _words(REPLY_PREFIX + _text(last))
+        self.tool = _chosen(body)
+        self.call_id = upstream._next_id("call").replace("-", "_")
+        self.arguments = json.dumps(_sample_arguments((self.tool or {}).get("parameters")))
+        if self.tool is not None:
+            self.tokens = [self.arguments[i : i + 8] for i in range(0, len(self.arguments), 8)]
         limit = body.get("max_output_tokens")
-        self.cut = isinstance(limit, int) and len(self.tokens) > limit
+        self.cut = self.tool is None and isinstance(limit, int) and len(self.tokens) > limit
         if self.cut:
             self.tokens = self.tokens[:limit]
 
@@ -59,6 +79,10 @@ class ResponsesAnswer:
 
     def _item(self, done: bool) -> dict[str, Any]:
         status = ("incomplete" if self.cut else "completed") if done else "in_progress"
+        if self.tool is not None:
+            arguments = self.arguments if done else ""
+            call = {"id": self.item_id, "type": "function_call", "status": status, "arguments": arguments}
+            return {**call, "call_id": self.call_id, "name": self.tool["name"]}
         content = [self._part("".join(self.tokens))] if done else []
         return {"id": self.item_id, "type": "message", "status": status, "content": content, "role": "assistant"}
 
@@ -110,6 +134,23 @@ class ResponsesAnswer:
         yield {"type": "response.created", "response": self.response(done=False)}
         yield {"type": "response.in_progress", "response": self.response(done=False)}
         yield {"type": "response.output_item.added", "output_index": 0, "item": self._item(False)}
+        if self.tool is not None:
+            for piece in self.tokens:
+                yield {
+                    "type": "response.function_call_arguments.delta",
+                    "item_id": self.item_id,
+                    "output_index": 0,
+                    "delta": piece,
+                }
+            yield {
+                "type": "response.function_call_arguments.done",
+                "item_id": self.item_id,
+                "output_index": 0,
+                "arguments": text,
+            }
+            yield {"type": "response.output_item.done", "output_index": 0, "item": self._item(True)}
+            yield {"type": "response.completed", "response": self.response()}
+            return
         yield {"type": "response.content_part.added", **where, "part": self._part("")}
         for token in self.tokens:
             yield {"type": "response.output_text.delta", **where, "delta": token, "logprobs": []}
