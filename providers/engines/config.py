@@ -60,11 +60,11 @@ class EngineConfig(Frozen):
     def _external_needs_url(self) -> EngineConfig:
         if self.kind == "external" and not self.url:
             raise ValueError("kind 'external' needs url")
-        if self.native and (self.kind != "llamacpp" or self.embeddings):
-            raise ValueError("native: only a llamacpp chat engine serves Messages itself")
         if "responses" in self.native:
             raise ValueError(
                 "native: responses is not taken from llama-server (its /v1/responses events lack sequence_number, "
-                "output_index and content_index); Responses requests to engines are translated"
+                "output_index and content_index) nor from other engines; Responses requests to engines are translated"
             )
+        if self.native and (self.kind != "llamacpp" or self.embeddings):
+            raise ValueError("native: only a llamacpp chat engine serves Messages itself")
         return self
