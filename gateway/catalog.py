@@ -93,7 +93,7 @@ def _checked_native(dep: DeploymentConfig, kind: str, adapter: Adapter) -> None:
     if missing := sorted(dep.native - takes):
         raise ConfigError(
             f"config error: deployment {dep.endpoint_id!r}: native: provider kind {kind!r} does not take "
-            f"the {missing[0]} API as is (kinds that do: anthropic, for messages)"
+            f"the {missing[0]} API as is (anthropic and llamacpp take messages; the OpenAI-compatible kinds other than llamacpp take responses)"
         )
 
 

@@ -15,8 +15,8 @@ from kernel.values import Operation
 
 # The operations a deployment may serve (the same names as a request's operation).
 Mode = Operation
-# Client APIs an upstream may take as is (`DeploymentConfig.native`): Anthropic's Messages.
-NativeApi = Literal["messages"]
+# Client APIs an upstream may take as is (`DeploymentConfig.native`): Anthropic's Messages, OpenAI's Responses.
+NativeApi = Literal["messages", "responses"]
 
 
 class Price(Frozen):

@@ -89,7 +89,7 @@ class PromptCounting(Protocol):
 
 @runtime_checkable
 class NativeAdapter(Protocol):
-    """An adapter whose upstream speaks a client API itself (`native_apis`, e.g. Anthropic's Messages):
+    """An adapter whose upstream speaks a client API itself (`native_apis`: Anthropic's Messages, OpenAI's Responses):
     for deployments that list that API as `native`, the client's own body goes out as is (model
     replaced, the adapter's auth and version headers, `headers` the client sent that the adapter
     forwards) and the answer or SSE events come back as is, with their usage read on the way."""

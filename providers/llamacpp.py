@@ -43,6 +43,10 @@ Anthropic names them, usage with ``cache_read_input_tokens``): a deployment or e
 the sampling defaults set where the client left them (Anthropic's are OpenAI's: temperature 1, no
 top-p, top-k or min-p cut), and its answer or events back as they are. Its message ids then read
 ``chatcmpl-...`` (llama.cpp's), not ``msg_...``.
+
+Its `/v1/responses` is not taken as is (``native: [responses]`` is refused for this kind): its
+events lack the `sequence_number`, `output_index` and `content_index` that the SDKs' stream
+helpers index by, so Responses requests to llama-server are translated to chat.
 """
 
 from __future__ import annotations
@@ -129,7 +133,7 @@ class LlamaCppAdapter(OpenAICompatAdapter):
 
     # -- Messages, passed through (providers.base.NativeAdapter) -------------------------------
 
-    native_apis = frozenset({anthropic_native.MESSAGES})
+    native_apis: frozenset[str] = frozenset({anthropic_native.MESSAGES})
 
     def build_native(
         self, target: Target, api: str, body: Mapping[str, Any], stream: bool, headers: Mapping[str, str]

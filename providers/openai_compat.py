@@ -1,5 +1,8 @@
 """Adapter for upstreams that speak the OpenAI API: Together, Fireworks, DeepInfra, Groq,
 OpenRouter, vLLM, SGLang, Ollama, and (with its quirks, see `providers.llamacpp`) llama.cpp.
+
+With ``native: [responses]`` a deployment of these kinds takes `/v1/responses` requests as is
+(`NativeAdapter`, `providers.openai_responses`): for upstreams that serve the Responses API themselves.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from kernel.errors import (
     ProviderTimeout,
 )
 from kernel.values import Operation, Usage
-from providers.base import ParsedBody, ParsedChunk, Target, UpstreamRequest
+from providers import openai_responses
+from providers.base import ParsedBody, ParsedChunk, StreamTranslator, Target, UpstreamRequest
 
 PATHS: Mapping[str, str] = {
     "chat": "/chat/completions",
@@ -90,6 +94,24 @@ class OpenAICompatAdapter:
 
     def map_error(self, target: Target, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
         return map_http_error(target.endpoint_id, status, headers, body)
+
+    # -- Responses, passed through (providers.base.NativeAdapter) ------------------------------
+
+    native_apis: frozenset[str] = frozenset({openai_responses.RESPONSES})
+
+    def build_native(
+        self, target: Target, api: str, body: Mapping[str, Any], stream: bool, headers: Mapping[str, str]
+    ) -> UpstreamRequest:
+        own = {"content-type": "application/json"}
+        if target.api_key:
+            own["authorization"] = f"Bearer {target.api_key}"
+        return openai_responses.build_native(target, body, stream, {**own, **target.extra_headers})
+
+    def parse_native(self, target: Target, api: str, body: bytes) -> ParsedBody:
+        return openai_responses.parse_native(target, body)
+
+    def native_stream(self, target: Target, api: str) -> StreamTranslator:
+        return openai_responses.NativeStream(target)
 
 
 class OpenAIStreamTranslator:

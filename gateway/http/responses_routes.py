@@ -5,7 +5,11 @@
 authenticate -> read + validate -> load `previous_response_id` -> translate to a chat request ->
 validate (chat) -> resolve -> route -> dispatch -> translate back (+ store) -> respond/stream -> account
 
-so routing, probes, limits, accounting and affinity see an ordinary chat request. The stored
+so routing, probes, limits, accounting and affinity see an ordinary chat request. An endpoint whose
+deployment takes Responses as is (`native: [responses]`, `gateway.pipeline.native`) is sent the
+client's body instead (`gateway.translate.responses_native.upstream_body`: its stored conversation
+expanded, `store: false`) and its answer or events come back as they are, the gateway's id, model
+and `store` put in (`gateway.pipeline.responses_native`); the chat view still drives routing. The stored
 responses (`GET`, `DELETE`, `GET .../input_items`) are per gateway key: another key's id is a 404.
 `POST .../cancel` only applies to background responses, which this gateway does not make: a
 stored id gets a 400 saying so, an unknown one a 404.
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, Callable
+from typing import Any
 
 import orjson
 from starlette.requests import Request
@@ -22,6 +27,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.catalog import Endpoint
 from gateway.http.errors import error_body
 from gateway.http.openai_routes import (
     ClientGone,
@@ -36,7 +42,8 @@ from gateway.http.openai_routes import (
     refuse,
 )
 from gateway.pipeline import responses as stage
-from gateway.pipeline.context import RequestContext
+from gateway.pipeline import responses_native as native_stage
+from gateway.pipeline.context import NativeRequest, RequestContext
 from gateway.pipeline.outcome import Completed, Streaming
 from gateway.pipeline.resolve import resolve
 from gateway.pipeline.stream import CHAT, Framing
@@ -45,9 +52,12 @@ from gateway.state import AppState
 from gateway.state_store.base import StoreUnavailable
 from gateway.state_store.responses import ResponseStore, StoredResponse
 from gateway.translate.responses_input import new_id
-from gateway.translate.responses_request import translate, validate_envelope
-from gateway.translate.responses_stream import ResponseStream
-from kernel.errors import GatewayError, InvalidRequest, NotFound, ProviderError, Unavailable
+from gateway.translate.responses_native import carried, items_from_chat, turn_items, upstream_body
+from gateway.translate.responses_request import ChatRequest, translate, validate_envelope
+from kernel.deployment import NativeApi
+from kernel.errors import GatewayError, InvalidRequest, NotFound, ProviderError, Unavailable, UnsupportedParameter
+
+NATIVE: NativeApi = "responses"
 
 
 def _store_down(exc: StoreUnavailable) -> Unavailable:
@@ -74,6 +84,25 @@ async def _load(store: ResponseStore, owner: str | None, response_id: str, param
     return stored
 
 
+def _chat_view(raw: dict[str, Any], history: list[dict[str, Any]]) -> tuple[ChatRequest, UnsupportedParameter | None]:
+    """The chat view, and what the translation refused: such a request can still go, as it is, to
+    an endpoint that takes Responses natively (its view then leaves the refused parts out)."""
+    try:
+        return translate(raw, history), None
+    except UnsupportedParameter as exc:
+        try:
+            return translate(carried(raw), history), exc
+        except GatewayError:
+            raise exc from None
+
+
+def _native_only(candidates: tuple[Endpoint, ...], refused: UnsupportedParameter) -> tuple[Endpoint, ...]:
+    kept = tuple(ep for ep in candidates if NATIVE in ep.deployment.native)
+    if not kept:
+        raise refused
+    return kept
+
+
 class ResponsesEndpoint:
     """`POST /v1/responses` as a raw ASGI app, like the chat endpoint it builds on."""
 
@@ -96,19 +125,28 @@ class ResponsesEndpoint:
             validate_envelope(raw)
             store = state.responses
             assert store is not None  # build_state makes one
-            history: list[dict[str, object]] = []
-            if (previous := raw.get("previous_response_id")) is not None:
-                history = (await _load(store, ctx.key_name, previous, "previous_response_id")).conversation
-            request = translate(raw, history)
+            history: list[dict[str, Any]] = []
+            previous: StoredResponse | None = None
+            if (previous_id := raw.get("previous_response_id")) is not None:
+                previous = await _load(store, ctx.key_name, previous_id, "previous_response_id")
+                history = previous.conversation
+            request, refused = _chat_view(raw, history)
             body = validate("chat", request.body, max_depth=server.max_json_depth)
             ctx.accept(body)
             turn = stage.Turn(
                 request, new_id("resp"), int(self._wall()), ctx.model, history, store if request.echo["store"] else None
             )
             candidates = resolve(state.catalog, "chat", ctx.model, body)
+            if any(NATIVE in ep.deployment.native for ep in candidates):  # else nothing passes through
+                before = _items(previous)
+                ctx.native = NativeRequest.of(NATIVE, upstream_body(raw, before), {})
+                turn.items = [*(before or ()), *turn_items(raw.get("input"))]
+            if refused is not None:
+                candidates = _native_only(candidates, refused)
             result = await _until_disconnect(receive, _route_and_dispatch(state, ctx, candidates))
             if isinstance(result, Completed):
-                answer = await stage.complete(ctx, turn, result.body)
+                finish = native_stage.complete if result.native else stage.complete
+                answer = await finish(ctx, turn, result.body)
         except ClientGone:
             account_gone(state, ctx)
             return
@@ -144,13 +182,22 @@ class _TurnStream(InferenceEndpoint):
         *,
         framing: Framing = CHAT,
     ) -> AsyncGenerator[bytes, None]:
-        return stage.relay(
+        relay = native_stage.relay if result.native else stage.relay
+        return relay(
             ctx, self.turn, result, error_event=_error_event(ctx), on_failure=on_failure, on_finish=state.accountant.record
         )
 
 
-def _error_event(ctx: RequestContext) -> Callable[[GatewayError, ResponseStream], bytes]:
-    def event(exc: GatewayError, events: ResponseStream) -> bytes:
+def _items(previous: StoredResponse | None) -> list[dict[str, Any]] | None:
+    """The stored conversation as Responses items: as an upstream that took it as is gave them, else
+    rebuilt from the chat view (None: no `previous_response_id`)."""
+    if previous is None:
+        return None
+    return previous.items if previous.items is not None else items_from_chat(previous.conversation)
+
+
+def _error_event(ctx: RequestContext) -> Callable[[GatewayError, stage.ErrorEvents], bytes]:
+    def event(exc: GatewayError, events: stage.ErrorEvents) -> bytes:
         note_failure(ctx, exc)
         detail = error_body(exc, ctx.request_id)["error"]
         return events.error(detail["code"], str(detail["message"]), str(detail["type"]), detail["param"])  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -29,6 +29,12 @@ from kernel.errors import GatewayError, ProviderError, ProviderStreamError
 log = logging.getLogger("gateway.responses")
 
 
+class ErrorEvents(Protocol):
+    """What a broken stream's last event comes from (`ResponseStream`, or a passed-through stream's)."""
+
+    def error(self, code: str | None, message: str, error_type: str, param: str | None = None) -> bytes: ...
+
+
 @dataclass(slots=True)
 class Turn:
     """One Responses request on its way through the pipeline."""
@@ -39,6 +45,9 @@ class Turn:
     model: str
     history: list[dict[str, Any]]  # the stored conversation it continues ([] without one)
     store: ResponseStore | None  # None: `store: false`
+    # For a request an endpoint may take as is: the conversation so far and this turn's input as
+    # Responses items, stored beside the chat view (`StoredResponse.items`); None: the chat view only.
+    items: list[dict[str, Any]] | None = None
 
 
 async def keep(ctx: RequestContext, turn: Turn, response: dict[str, Any]) -> None:
@@ -54,8 +63,9 @@ async def keep(ctx: RequestContext, turn: Turn, response: dict[str, Any]) -> Non
     conversation = [*turn.history, *turn.request.turn]
     if (message := assistant_message(response)) is not None:
         conversation.append(message)
+    items = None if turn.items is None else [*turn.items, *response.get("output", ())]
     try:
-        size = await turn.store.put(ctx.key_name, StoredResponse(response, turn.request.input_items, conversation))
+        size = await turn.store.put(ctx.key_name, StoredResponse(response, turn.request.input_items, conversation, items))
     except StoreUnavailable as exc:
         log.warning("request %s: could not store response %s: %s", ctx.request_id, turn.response_id, exc)
         return
@@ -88,7 +98,7 @@ async def relay(
     turn: Turn,
     streaming: Streaming,
     *,
-    error_event: Callable[[GatewayError, ResponseStream], bytes],
+    error_event: Callable[[GatewayError, ErrorEvents], bytes],
     on_failure: Callable[[ProviderError], None],
     on_finish: Callable[[RequestContext], object],
 ) -> AsyncGenerator[bytes, None]:

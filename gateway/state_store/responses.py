@@ -52,6 +52,9 @@ class StoredResponse:
     input_items: list[dict[str, Any]]
     # The chat messages up to and including this response's output (instructions excluded).
     conversation: list[dict[str, Any]]
+    # The same as Responses items, as sent to and answered by an upstream that takes Responses as is
+    # (`native: [responses]`): what it is sent when continued there (None: only the chat view is kept).
+    items: list[dict[str, Any]] | None = None
 
     @property
     def id(self) -> str:
@@ -86,9 +89,10 @@ class ResponseStore:
 
     async def put(self, owner: str | None, stored: StoredResponse) -> int | None:
         """Store it; None when stored, else its size in bytes, over `max_bytes` (nothing is stored)."""
-        body = orjson.dumps(
-            {"response": stored.response, "input_items": stored.input_items, "conversation": stored.conversation}
-        )
+        kept = {"response": stored.response, "input_items": stored.input_items, "conversation": stored.conversation}
+        if stored.items is not None:
+            kept["items"] = stored.items
+        body = orjson.dumps(kept)
         if len(body) > self.max_bytes:
             return len(body)
         key = self._key(owner, stored.id)
@@ -111,7 +115,7 @@ class ResponseStore:
         if raw is None:
             return None
         obj = orjson.loads(raw)
-        return StoredResponse(obj["response"], obj["input_items"], obj["conversation"])
+        return StoredResponse(obj["response"], obj["input_items"], obj["conversation"], obj.get("items"))
 
     async def delete(self, owner: str | None, response_id: str) -> bool:
         if not _ID.fullmatch(response_id):

@@ -50,7 +50,8 @@ class EngineConfig(Frozen):
     # the engine's cache profile).
     routing: DeploymentRouting = DeploymentRouting()
     # Client APIs the engine serves itself, passed through instead of translated (`DeploymentConfig.native`):
-    # llama.cpp serves Anthropic's Messages.
+    # llama.cpp serves Anthropic's Messages. Not Responses: llama-server's /v1/responses events lack the
+    # `sequence_number`, `output_index` and `content_index` the SDKs' stream helpers index by.
     native: frozenset[NativeApi] = frozenset()
 
     _name_header_safe = field_validator("served_model_name")(header_safe)
@@ -59,6 +60,11 @@ class EngineConfig(Frozen):
     def _external_needs_url(self) -> EngineConfig:
         if self.kind == "external" and not self.url:
             raise ValueError("kind 'external' needs url")
+        if "responses" in self.native:
+            raise ValueError(
+                "native: responses is not taken from llama-server (its /v1/responses events lack sequence_number, "
+                "output_index and content_index) nor from other engines; Responses requests to engines are translated"
+            )
         if self.native and (self.kind != "llamacpp" or self.embeddings):
             raise ValueError("native: only a llamacpp chat engine serves Messages itself")
         return self

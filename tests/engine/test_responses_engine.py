@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import openai
 import pytest
 
-from tests.engine.conftest import MODEL
+from tests.engine.conftest import MODEL, Gateway
 
 pytestmark = pytest.mark.engine
 
@@ -55,3 +56,19 @@ def test_tool_call_and_output_round_trip(client: openai.OpenAI) -> None:
         input=[{"type": "function_call_output", "call_id": c.call_id, "output": '{"sky": "sunny", "c": 21}'} for c in calls],
     )
     assert answer.output_text and answer.status in ("completed", "incomplete")
+
+
+def test_llama_servers_own_responses_stream_lacks_what_the_sdk_indexes_by(gateway: Gateway) -> None:
+    """Why `native: [responses]` is refused for llama-server (`providers.llamacpp`): its /v1/responses
+    answers, but its events carry no `sequence_number`, `output_index` or `content_index`, so the
+    openai SDK's `responses.stream` helper fails on the first text delta. Should this start failing,
+    llama-server's events became whole and the kind may take Responses as is."""
+    (replica,) = gateway.replicas()
+    body = {"model": MODEL, "input": "Say hello.", "max_output_tokens": 4, "stream": True}
+    with httpx.stream("POST", f"http://127.0.0.1:{replica['port']}/v1/responses", json=body, timeout=60) as raw:
+        assert raw.status_code == 200
+        events = [json.loads(line[len("data: ") :]) for line in raw.iter_lines() if line.startswith("data: ")]
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    assert events[0]["type"] == "response.created" and events[-1]["type"] == "response.completed" and deltas
+    assert not any("sequence_number" in e for e in events)
+    assert not any("output_index" in e or "content_index" in e for e in deltas)

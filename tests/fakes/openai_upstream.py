@@ -1,7 +1,8 @@
 """A fake OpenAI-compatible upstream: a real aiohttp server on loopback speaking OpenAI's wire format.
 
 Serves ``/v1/chat/completions`` (JSON and SSE, with tool-call deltas and logprobs),
-``/v1/completions`` (legacy, with logprobs), ``/v1/embeddings`` (float and base64) and ``/v1/models``.
+``/v1/completions`` (legacy, with logprobs), ``/v1/embeddings`` (float and base64), ``/v1/models``
+and ``/v1/responses`` (the Responses API itself, stateless: `tests.fakes.responses_upstream`).
 Answers are deterministic: chat echoes the last user message ("You said: ..."), completions continue
 with " Once upon a time.", embeddings are derived from a hash of the input.
 
@@ -225,6 +226,7 @@ class FakeOpenAIUpstream:
 
     def app(self) -> web.Application:
         app = web.Application()
+        app.router.add_post("/v1/responses", self._responses)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/embeddings", self._embeddings)
@@ -282,6 +284,11 @@ class FakeOpenAIUpstream:
         ):
             return _error(400, "Assistant message must contain either 'content' or 'tool_calls'!", "invalid_request_error")
         return await self._serve(request, body, _ChatAnswer(body, self))
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        from tests.fakes.responses_upstream import serve_responses  # it builds on this module
+
+        return await serve_responses(self, request)
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         received = await self._receive(request)

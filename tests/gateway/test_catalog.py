@@ -88,5 +88,19 @@ def test_native_apis_are_off_by_default_and_checked_against_the_provider_kind() 
     assert llama.deployment.native == {"messages"}
     with pytest.raises(ConfigError, match="provider kind 'openai' does not take the messages API as is"):
         endpoints_from_settings(_native_settings("openai", ["messages"]))
-    with pytest.raises(ConfigError, match="deployments.0.native.0: Input should be 'messages'"):
-        _native_settings("anthropic", ["responses"])  # no adapter passes Responses through yet
+    with pytest.raises(ConfigError, match="deployments.0.native.0: Input should be 'messages' or 'responses'"):
+        _native_settings("anthropic", ["completions"])
+
+
+@pytest.mark.parametrize("kind", ["openai", "together", "fireworks", "deepinfra", "groq", "openrouter", "vllm", "sglang", "ollama"])
+def test_openai_compatible_kinds_may_take_responses_as_is(kind: str) -> None:
+    [ep] = endpoints_from_settings(_native_settings(kind, ["responses"]))
+    assert ep.deployment.native == {"responses"}
+
+
+@pytest.mark.parametrize("kind", ["llamacpp", "anthropic"])
+def test_responses_as_is_is_refused_where_the_upstream_does_not_serve_it_well(kind: str) -> None:
+    # llama-server serves /v1/responses, but its events lack sequence_number, output_index and
+    # content_index, which the openai SDK's stream helper indexes by.
+    with pytest.raises(ConfigError, match=f"provider kind '{kind}' does not take the responses API as is"):
+        endpoints_from_settings(_native_settings(kind, ["responses"]))

@@ -61,3 +61,11 @@ def test_a_llamacpp_engine_may_take_messages_as_is_and_no_other_engine_may() -> 
     for other in ({"kind": "vllm", "model": "org/m"}, {"embeddings": True}):
         with pytest.raises(ValidationError, match="only a llamacpp chat engine serves Messages itself"):
             EngineConfig(native=frozenset({"messages"}), **other)  # type: ignore[arg-type]
+
+
+def test_no_engine_takes_responses_as_is() -> None:
+    # llama-server's /v1/responses events lack what the SDKs' stream helpers index by.
+    with pytest.raises(ValidationError, match="native: responses is not taken from llama-server"):
+        EngineConfig(native=frozenset({"responses"}))
+    with pytest.raises(ValidationError, match="native: responses is not taken from llama-server"):
+        EngineConfig(native=frozenset({"messages", "responses"}))
