@@ -20,10 +20,12 @@ With `--faults`, testbed faults (served by the `Llama` engine) are measured agai
 too, and so are the honest engines against the reference before issue 22 (llama-cpp-python's
 `chatml-function-calling` format); printed, and kept in the file for the record: the probe reads
 only the honest values. The table's verdicts are the probe's at its default alpha, by equality and
-against the margin these honest values give (in-sample for the honest pairs, by construction).
+against the margin these honest values give (in-sample for the honest pairs, by construction;
+marked unused when its bound is above `calibration_fpr`, where the probe keeps the equality test).
 
     nice -n 15 .venv/bin/python bench/calibrate_reference.py --faults     # ~2 minutes here
     .venv/bin/python bench/calibrate_reference.py --out /tmp/cal.json     # somewhere else
+    .venv/bin/python bench/calibrate_reference.py --recompute probes/calibration/smollm2.json  # no engine run
 """
 
 from __future__ import annotations
@@ -260,14 +262,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             for name in (REFERENCE, "llama-cpp-python"):
                 faults.append({"fault": f"{name} vs the old reference", "spec": {"old_reference": True},
                                "prompts": per_prompt(windows[name], old, settings, rng)})  # fmt: skip
-    # Engines whose windows are identical form one family: a second pair of the same two families
-    # repeats a value without adding information, so the honest values keep one pair per two families.
     families: dict[str, list[str]] = {}
     for name, window in windows.items():
         families.setdefault(json.dumps(window, sort_keys=True), []).append(name)
-    family_of = {name: i for i, members in enumerate(families.values()) for name in members}
-    distinct = {tuple(sorted((family_of[p["a"]], family_of[p["b"]]))): p for p in reversed(pairs)}
-    values = sorted(v["statistic"] for pair in distinct.values() for v in pair["prompts"].values())
     return {
         "schema": SCHEMA_VERSION,
         "models": list(MODEL_NAMES),
@@ -280,18 +277,53 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             "top_logprobs": settings.top_logprobs,
         },
         "reference": REFERENCE,
-        "engines": engines,
-        "pairs": pairs,
-        "honest": {
-            "n": len(values),
-            "values": values,
-            "quantiles": honest_quantiles(values),
-            "identical_windows": list(families.values()),
-            "pairs_kept": sorted([p["a"], p["b"]] for p in distinct.values()),
-        },
+        **honest_section(engines, pairs, list(families.values())),
         "faults": faults,
         "regenerate": "nice -n 15 .venv/bin/python bench/calibrate_reference.py --faults",
     }
+
+
+def honest_section(
+    engines: Mapping[str, dict[str, Any]], pairs: list[dict[str, Any]], families: list[list[str]]
+) -> dict[str, Any]:
+    """`engines` (each with its family), every measured pair, and the honest values the probe reads.
+
+    Engines whose windows are identical form one family: a pair inside one is a duplicate, not
+    evidence, and a second pair of the same two families repeats a value. So the honest values are
+    one per pair of families (the first measured, the reference's when it is in one), and each is
+    the pair's largest S over the prompts: n counts independent cross-family pairs, not prompts."""
+    family_of = {name: i for i, members in enumerate(families) for name in members}
+    kept: dict[tuple[int, int], dict[str, Any]] = {}
+    for pair in pairs:
+        fa, fb = family_of[pair["a"]], family_of[pair["b"]]
+        if fa != fb:
+            kept.setdefault((min(fa, fb), max(fa, fb)), pair)
+    values = [max(v["statistic"] for v in pair["prompts"].values()) for pair in kept.values()]
+    honest: dict[str, Any] = {
+        "statistic": "per cross-family pair: its largest S over the prompts",
+        "families": families,
+        "n": len(kept),
+        "values": values,
+        "quantiles": honest_quantiles(values) if values else {},
+        "pairs": [{"a": p["a"], "b": p["b"], "prompts": p["prompts"]} for p in kept.values()],
+    }
+    return {
+        "engines": {name: {**e, "family": family_of[name]} for name, e in engines.items()},
+        "pairs": pairs,
+        "honest": honest,
+    }
+
+
+def recompute(path: Path) -> dict[str, Any]:
+    """A calibration file's honest section recomputed from the pairs it records, engines not re-run
+    (a schema-1 file's families are its `honest.identical_windows`)."""
+    data = json.loads(path.read_text())
+    honest = data["honest"]
+    families = honest.get("families") or honest["identical_windows"]
+    engines = {name: {k: v for k, v in e.items() if k != "family"} for name, e in data["engines"].items()}
+    data.update(honest_section(engines, data["pairs"], families))
+    data["schema"] = SCHEMA_VERSION
+    return data
 
 
 def _flags(argv: list[str]) -> list[str]:
@@ -311,13 +343,16 @@ def _flags(argv: list[str]) -> list[str]:
 
 def report(data: Mapping[str, Any]) -> None:
     q = data["honest"]["quantiles"]
-    print(f"honest pairs: {len(data['pairs'])}, per-prompt values n={data['honest']['n']}")
-    print("engines with identical windows: " + "; ".join(", ".join(f) for f in data["honest"]["identical_windows"]))
+    print(f"measured pairs: {len(data['pairs'])}, honest cross-family pairs n={data['honest']['n']}")
+    print("families (identical windows): " + "; ".join(", ".join(f) for f in data["honest"]["families"]))
     print("quantiles: " + ", ".join(f"{k}={v:.4g}" for k, v in q.items()))
     settings = DriftSettings()
     margin = conformal_margin(data["honest"]["values"], settings.calibration_fpr)
+    used = margin.bound <= settings.calibration_fpr
     print(
-        f"margin {margin.value:.4f} (n={margin.n}, per-prompt bound {margin.bound:.3g}); verdicts at alpha {settings.alpha}"
+        f"margin {margin.value:.4f} (n={margin.n}, per-comparison bound {margin.bound:.3g} vs calibration_fpr "
+        f"{settings.calibration_fpr:g}: {'used by the probe' if used else 'NOT used: the probe keeps the equality test'})"
+        f"; verdicts at alpha {settings.alpha}"
     )
     prompts_shown = " | ".join(repr(p) for p in data["settings"]["prompts"])
     print(f"\n| pair | {prompts_shown} | max S | equality p | equality | calibrated |")
@@ -334,6 +369,7 @@ def report(data: Mapping[str, Any]) -> None:
         )  # fmt: skip
         calibrated = beyond_margin(equality, margin)
         verdicts = [verdict_from_p(o.p_value, settings.alpha) for o in (equality, calibrated)]
+        verdicts[1] += "" if used else " (margin unused)"
         shown = " | ".join(f"{s:.4f}" for s in stats)
         print(f"| {label} | {shown} | {max(stats):.4f} | {equality.p_value:.3g} | {verdicts[0]} | {verdicts[1]} |")
 
@@ -342,8 +378,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--faults", action="store_true", help="also measure testbed faults against the reference")
+    parser.add_argument("--recompute", type=Path, metavar="FILE", help="recompute FILE's honest values, no engine run")
     args = parser.parse_args()
-    data = asyncio.run(measure(args))
+    data = recompute(args.recompute) if args.recompute else asyncio.run(measure(args))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     report(data)

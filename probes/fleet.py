@@ -17,7 +17,9 @@ so does every member of D (they do, unless n grew since). An endpoint held back 
 (e = 0 in that e-BH): counting it would lower the next one's bar while it stays undemoted, and the
 demoted set would no longer satisfy e_i >= n / (alpha * |D|) for each of its members, which is what
 bounds the FDR (e-BH's self-consistency; `probes.stats.ebh`). A held endpoint gets its
-confirmatory round, whose evidence multiplies in, and is gated again then. A demotion keeps the
+confirmatory round, whose evidence multiplies in, and is gated again then; so does one whose round
+cannot be read or locked (the runner's gate fails closed: an ungated demotion would escape the bound).
+An endpoint is demoted or held in a round, never both. A demotion keeps the
 e-value it was admitted with (the supermartingale stopped at that decision is an e-value): later
 rounds on probation neither take it back nor raise the next one's bar. Hard rules (effect "demote",
 e.g. confirmed truncation) are not statistical and pass ungated.
@@ -171,10 +173,12 @@ class FleetLedger:
         def change(data: dict[str, Any]) -> Gate:
             demoted: dict[str, float] = data["demoted"]
             e = float(data["e"].setdefault(endpoint_id, 1.0))
-            # Already demoted this round (and back on probation): the rejection stands as admitted.
-            candidates = demoted if endpoint_id in demoted else {**demoted, endpoint_id: e}
+            again = endpoint_id in demoted
+            candidates = demoted if again else {**demoted, endpoint_id: e}
             n = self._n(data, extra=1)
-            allowed = self_consistent(candidates, self.settings.alpha, n)
+            # Already demoted this round (and back on probation): the rejection stands as admitted, even
+            # if n grew since; an endpoint is demoted or held, never both.
+            allowed = again or self_consistent(candidates, self.settings.alpha, n)
             data["proposed"] = list(dict.fromkeys([*data["proposed"], endpoint_id]))
             data["held"] = [ep for ep in data["held"] if ep != endpoint_id]
             if allowed:

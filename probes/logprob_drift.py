@@ -4,8 +4,10 @@ serves the model, against a fresh reference window (Bonferroni over both and ove
 
 Two correct engines differ at T=0 (kernels, batch split), so the reference comparison is judged
 against the honest cross-engine margin of the model's calibration (probes.calibration,
-probes.stats.equivalence) when there is one for these settings; otherwise it stays the equality
-test, which honest engines may fail, and `reference_calibration` in the details says so.
+probes.stats.equivalence) when there is one for these settings, measured on enough independent
+engine families to support `calibration_fpr`; otherwise it stays the equality test, which honest
+engines may fail, and `reference_calibration` in the details says so (a failure on the reference
+alone has grounds "reference": the policy keeps it at SUSPECT).
 
 The first run on an endpoint freezes its golden window; it is replaced only by a declared
 rebaseline (clearing the endpoint's baselines), never because of an alarm.
@@ -17,6 +19,7 @@ import asyncio
 import math
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from probes.base import Effect, Grounds, Outcome, ProbeContext, ProbeResult
@@ -178,11 +181,19 @@ class LogprobDrift:
 
 async def calibrated(equality: Outcome, model: str, settings: DriftSettings, k: int) -> tuple[Outcome, str]:
     """The reference comparison against the honest cross-engine margin for `model`, and a note on
-    which calibration judged it; without one for these settings, the equality test as it is."""
-    calibration, note = await asyncio.to_thread(find_calibration, model, settings.calibration, settings.prompts, k)
+    which calibration judged it; without one for these settings, or with one of too few engine
+    families to support `calibration_fpr` (its bound is 1/(n + 1) at best), the equality test as it is."""
+    found = partial(find_calibration, model, settings.calibration, settings.prompts, k, settings.requests)
+    calibration, note = await asyncio.to_thread(found)
     if calibration is None:
         return equality, note
-    margin = conformal_margin(calibration.values, settings.calibration_fpr, calibration.source)
+    fpr = settings.calibration_fpr
+    margin = conformal_margin(calibration.values_for(settings.prompts), fpr, calibration.source)
+    if margin.bound > fpr:
+        return equality, (
+            f"too few honest engine families (n={margin.n}): equality test ({Path(calibration.source).name} "
+            f"supports a false-positive rate of {margin.bound:.3g} per comparison, above calibration_fpr {fpr:g})"
+        )
     return beyond_margin(equality, margin), note
 
 

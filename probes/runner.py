@@ -25,7 +25,7 @@ import numpy as np
 from gateway.catalog import Catalog, Endpoint
 from gateway.health_states import HealthStates
 from gateway.state_store import StoreUnavailable
-from kernel.health import Transition
+from kernel.health import HealthState, Transition
 from probes.base import ProbeContext, ProbeResult
 from probes.baselines import BaselineStore
 from probes.budget import BudgetExhausted, ProbeBudget
@@ -349,21 +349,30 @@ class ProbeRunner:
         try:
             if confirm or trigger != "schedule":
                 await fleet.record(endpoint.id, results, now=self.wall())
-            if decision.to_state != "demoted" or state == "demoted":
-                return decision
-            if any(r.verdict == "fail" and r.effect == "demote" for r in results):
-                return replace(decision, reason=f"{decision.reason} (a hard rule: not gated by the fleet's e-BH)")
-            gate = await fleet.gate(endpoint.id, now=self.wall())
-        except StoreUnavailable as exc:  # the policy's own rules still stand
-            log.warning("probes: the fleet's round is unavailable (%s); %s is decided on its own", exc, endpoint.id)
+        except StoreUnavailable as exc:  # this round's evidence is lost to the fleet; the gate below still holds
+            log.warning("probes: could not record %s in the fleet's round: %s", endpoint.id, exc)
+        if decision.to_state != "demoted" or state == "demoted":
             return decision
+        if any(r.verdict == "fail" and r.effect == "demote" for r in results):
+            return replace(decision, reason=f"{decision.reason} (a hard rule: not gated by the fleet's e-BH)")
+        try:
+            gate = await fleet.gate(endpoint.id, now=self.wall())
+        except StoreUnavailable as exc:
+            # Fails closed: an ungated demotion would escape the fleet's FDR bound; held, it is gated again.
+            log.warning("probes: the fleet's round is unavailable (%s): the gate fails closed, %s is held",
+                        exc, endpoint.id)
+            return self._held(decision, state, results, confirm, f"the fleet's round is unavailable ({exc})")
         if gate.allowed:
             return replace(decision, reason=f"{decision.reason}; {gate.describe()}")
-        hold = "suspect" if state in ("healthy", "suspect") else state
+        return self._held(decision, state, results, confirm, gate.describe())
+
+    def _held(self, decision: Decision, state: HealthState, results: list[ProbeResult], confirm: bool,
+              why: str) -> Decision:
+        """A demotion the fleet's gate holds back: SUSPECT (probation stays), a confirmatory round asked for."""
+        hold: HealthState = "suspect" if state in ("healthy", "suspect") else state
         again = () if confirm else (
             decision.evidence.suspects or tuple(dict.fromkeys(r.probe for r in results if r.verdict == "fail")))
-        return Decision(None if hold == state else hold, decision.evidence,
-                        f"{decision.reason}; {gate.describe()}: {hold}, not demoted",
+        return Decision(None if hold == state else hold, decision.evidence, f"{decision.reason}; {why}: {hold}, not demoted",
                         None if hold == state else score_for(hold, self.settings.health), again)
 
     async def _apply(

@@ -19,7 +19,8 @@ class DriftSettings(Frozen):
     permutations: int = Field(1000, ge=50)
     # The reference comparison fails only beyond the honest cross-engine margin (probes.calibration):
     # a calibration file for the model to use before the bundled ones, and the nominal
-    # false-positive rate per prompt that picks the margin (the calibration may support only more).
+    # false-positive rate per comparison that picks the margin; a calibration of too few engine
+    # families to support it (1/(n + 1) at best) is not used: the equality test stays.
     calibration: str | None = None
     calibration_fpr: float = Field(0.01, gt=0, lt=1)
 

@@ -1,22 +1,31 @@
 """Honest cross-engine calibrations of the probes' reference statistics, shipped as data.
 
 Each `<model>.json` here is written by `bench/calibrate_reference.py`: the drift statistic S
-(probes.stats.drift) of every prompt for every pair of honest engines serving the same GGUF, with
-the probe settings it was measured at. `find_calibration` picks the file for an endpoint's model
-(a configured file first, then the bundled ones); a margin is only as good as the match between
-those settings and the probe's, so a mismatch falls back to the equality test, with a note.
+(probes.stats.drift) of every prompt for pairs of honest engines serving the same GGUF, with the
+probe settings it was measured at. Engines whose windows are identical form one *family* (each
+engine's `family` in the file): a pair inside a family is a duplicate, not evidence, and two pairs
+of the same two families repeat one value. So the honest values are one per pair of families
+(`honest.pairs`, cross-family only), and n counts those pairs, not their prompts (the prompts of one
+pair are correlated): a pair's value is its largest S over the probe's prompts, so a margin on
+those values bounds a whole comparison (probes.stats.equivalence).
+
+`find_calibration` picks the file for an endpoint's model (a configured file first, then the
+bundled ones); a margin is only as good as the match between those settings and the probe's, so a
+mismatch falls back to the equality test, with a note. A probe asking for a subset of the file's
+prompts is judged on those prompts' values only.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUNDLED = Path(__file__).parent
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
 
@@ -32,7 +41,15 @@ class Calibration:
     prompts: tuple[str, ...]
     requests: int
     top_logprobs: int
-    values: tuple[float, ...]  # honest per-prompt statistics, every pair
+    pairs: tuple[Mapping[str, float], ...]  # per cross-family pair: prompt -> S
+
+    def values_for(self, prompts: Sequence[str]) -> tuple[float, ...]:
+        """One honest value per cross-family pair: its largest S over `prompts` (of the file's)."""
+        return tuple(max(pair[p] for p in prompts) for pair in self.pairs)
+
+    @property
+    def values(self) -> tuple[float, ...]:
+        return self.values_for(self.prompts)
 
 
 def honest_quantiles(values: Sequence[float]) -> dict[str, float]:
@@ -43,6 +60,35 @@ def honest_quantiles(values: Sequence[float]) -> dict[str, float]:
     return out
 
 
+def _statistic(value: object) -> float:
+    s = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(s) or s < 0:
+        raise ValueError("statistics must be finite and non-negative")
+    return s
+
+
+def _pairs(raw: Mapping[str, object], prompts: tuple[str, ...]) -> tuple[dict[str, float], ...]:
+    engines, honest = raw["engines"], raw["honest"]
+    if not isinstance(engines, Mapping) or not isinstance(honest, Mapping):
+        raise TypeError("engines and honest must be objects")
+    family = {str(name): int(e["family"]) for name, e in engines.items()}
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for pair in honest["pairs"]:
+        fa, fb = family[str(pair["a"])], family[str(pair["b"])]
+        key = (min(fa, fb), max(fa, fb))
+        if fa == fb or key in seen:
+            raise ValueError(f"honest pair {pair['a']}/{pair['b']} is not one of its own two families")
+        seen.add(key)
+        measured = {str(p): _statistic(v["statistic"]) for p, v in pair["prompts"].items()}
+        if not set(prompts) <= set(measured):
+            raise ValueError(f"honest pair {pair['a']}/{pair['b']} lacks some of settings.prompts")
+        out.append(measured)
+    if not out or len(out) != int(honest["n"]):
+        raise ValueError("honest.n must count the honest cross-family pairs, at least one")
+    return tuple(out)
+
+
 def parse_calibration(raw: object, source: str) -> Calibration:
     """A validated calibration; any problem is a one-line `CalibrationError`."""
     try:
@@ -50,15 +96,13 @@ def parse_calibration(raw: object, source: str) -> Calibration:
             raise TypeError("not a JSON object")
         if raw.get("schema") != SCHEMA_VERSION:
             raise ValueError(f"schema {raw.get('schema')!r}, expected {SCHEMA_VERSION}")
-        settings, honest = raw["settings"], raw["honest"]
-        values = tuple(float(v) for v in honest["values"])
-        if not values or len(values) != int(honest["n"]) or any(not np.isfinite(v) or v < 0 for v in values):
-            raise ValueError("honest.values must be n finite, non-negative statistics")
+        settings = raw["settings"]
         models = tuple(str(m) for m in raw["models"])
         prompts = tuple(str(p) for p in settings["prompts"])
         if not models or not prompts:
             raise ValueError("models and settings.prompts must not be empty")
-        return Calibration(source, models, prompts, int(settings["requests"]), int(settings["top_logprobs"]), values)
+        pairs = _pairs(raw, prompts)
+        return Calibration(source, models, prompts, int(settings["requests"]), int(settings["top_logprobs"]), pairs)
     except (KeyError, TypeError, ValueError) as exc:
         raise CalibrationError(f"{source}: {type(exc).__name__}: {exc}") from None
 
@@ -74,7 +118,7 @@ def load_calibration(path: Path) -> Calibration:
 
 
 def find_calibration(
-    model: str, configured: str | None, prompts: Sequence[str], top_logprobs: int
+    model: str, configured: str | None, prompts: Sequence[str], top_logprobs: int, requests: int
 ) -> tuple[Calibration | None, str]:
     """The calibration for `model` measured at these settings, else None; and a note saying which
     file it is, or why there is none. Blocking (reads files): call it from a worker thread."""
@@ -89,10 +133,11 @@ def find_calibration(
             continue
         if model not in cal.models:
             continue
-        if cal.top_logprobs != top_logprobs or not set(prompts) <= set(cal.prompts):
+        if cal.top_logprobs != top_logprobs or cal.requests != requests or not set(prompts) <= set(cal.prompts):
             return None, (
                 f"calibration {path.name} was measured at other settings (top_logprobs {cal.top_logprobs}, "
-                f"its own prompts): equality test, which honest engines may fail"
+                f"requests {cal.requests}, its own prompts): equality test, which honest engines may fail"
             )
-        return cal, f"calibrated: {path.name}"
+        subset = "" if set(prompts) == set(cal.prompts) else f" ({len(set(prompts))} of its {len(cal.prompts)} prompts)"
+        return cal, f"calibrated: {path.name}{subset}"
     return None, f"no honest calibration for model {model!r}: equality test, which honest engines may fail"

@@ -3,16 +3,19 @@ engines are from each other", not "different from the reference".
 
 Two correct engines at T=0 are deterministic and not identical, so an equality test between them
 rejects at its p-value floor (issue 22). Here the margin is an order statistic of the statistic
-measured on honest cross-engine pairs (probes/calibration): with n honest values, the r-th smallest
-with r = ceil((1 - fpr)(n + 1)) is exceeded by a new honest value exchangeable with them with
+measured on honest cross-engine pairs (probes/calibration), one value per independent pair of engine
+families: its largest per-prompt statistic. With n honest values, the r-th smallest with
+r = ceil((1 - fpr)(n + 1)) is exceeded by a new honest value exchangeable with them with
 probability at most 1 - r/(n + 1) <= fpr (the split-conformal bound). When r > n the largest value
-is the margin and the bound is 1/(n + 1): the calibration cannot support a smaller rate.
+is the margin and the bound is 1/(n + 1): the calibration cannot support a smaller rate, and the
+probe does not use it (probes.logprob_drift.calibrated).
 
 A prompt counts against the endpoint only when its statistic exceeds the margin *and* its
 permutation test rejects (the gap is not sampling noise of a stochastic endpoint); the comparison's
 p-value is Bonferroni over all prompts of the permutation p-values of the prompts beyond the
-margin, 1 when none is. Under the honest null it fails at most with the union bound
-prompts * bound (`false_positive_rate` in the details), whatever alpha is.
+margin, 1 when none is. Some prompt is beyond the margin exactly when the comparison's largest
+statistic is, so under the honest null it fails with probability at most the bound
+(`false_positive_rate` in the details), whatever alpha is.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ def beyond_margin(outcome: Outcome, margin: Margin) -> Outcome:
         "margin": margin.value,
         "beyond_margin": beyond,
         "equality_p_value": outcome.p_value,
-        "false_positive_rate": min(1.0, len(prompts) * margin.bound),
+        "false_positive_rate": margin.bound,
         "honest_n": margin.n,
         "calibration": margin.source,
     }

@@ -206,3 +206,60 @@ async def test_two_replicas_writing_the_round_at_once_lose_no_update(shared_stor
     assert all(g.allowed for g in gates)
     snap = await replicas[1].snapshot(now=now)
     assert (snap["k"], snap["demoted"]) == (2, 2)
+
+
+# -- the gate fails closed; held and demoted are exclusive (review findings) ------------------------
+
+
+class Down:
+    """A store whose every call fails, as a store that cannot be reached does."""
+
+    def __getattr__(self, name: str) -> Any:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            from gateway.state_store import StoreUnavailable
+
+            raise StoreUnavailable(f"{name}: connection refused")
+
+        return call
+
+
+async def test_a_proposed_demotion_is_held_at_suspect_when_the_fleet_s_round_is_unavailable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    script = Script({"logprob_drift": ["fail"], "distribution": ["fail"]})
+    runner, health, _ = make_runner(script)
+    runner.fleet = FleetLedger(Down(), FleetSettings(alpha=0.1), lambda: 10)
+    with caplog.at_level("WARNING", logger="gateway.probes"):
+        report = await runner.run(A.id, ["logprob_drift"], trigger="manual")
+    assert health.state(A.id) == "suspect"
+    first = report.rounds[0].decision
+    assert first.to_state == "suspect" and first.confirm_for  # a confirmatory round is asked for ...
+    assert report.rounds[-1].confirm  # ... and run
+    assert "fleet's round is unavailable" in report.rounds[-1].decision.reason
+    assert "not demoted" in report.rounds[-1].decision.reason
+    assert any("fails closed" in r.getMessage() for r in caplog.records)
+
+
+async def test_an_unavailable_round_does_not_change_a_decision_that_demotes_no_one() -> None:
+    script = Script({"fidelity": ["pass"]})
+    runner, health, _ = make_runner(script)
+    runner.fleet = FleetLedger(Down(), FleetSettings(), lambda: 2)
+    report = await runner.run(A.id, ["fidelity"], trigger="manual")
+    assert health.state(A.id) == "healthy" and "fleet" not in report.rounds[-1].decision.reason
+
+
+async def test_an_endpoint_demoted_this_round_is_never_also_held() -> None:
+    """Gated again after the fleet grew (its bar rose past its e-value), a demotion of this round
+    stands as admitted: it stays demoted and is not counted as held as well."""
+    clock = FakeClock(start=10 * DAY)
+    size = {"n": 10}
+    ledger = FleetLedger(MemoryStore(clock), FleetSettings(alpha=0.1), lambda: size["n"], prefix="t-fleet-x:")
+    await ledger.record("c", e_of(120.0), now=clock())
+    assert (await ledger.gate("c", now=clock())).allowed
+    size["n"] = 20  # the bar for one is 200 now
+    again = await ledger.gate("c", now=clock())
+    assert again.allowed and again.e_value == pytest.approx(120.0)
+    snap = await ledger.snapshot(now=clock())
+    row = next(r for r in snap["endpoints"] if r["endpoint"] == "c")
+    assert row["demoted"] and not row["held"]
+    assert (snap["demoted"], snap["held"]) == (1, 0)

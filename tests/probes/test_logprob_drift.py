@@ -6,7 +6,7 @@ import pytest
 from probes.base import Outcome, ProbeContext
 from probes.baselines import MemoryBaselines
 from probes.calibration import SCHEMA_VERSION
-from probes.logprob_drift import LogprobDrift, first_token, grounds, truncate
+from probes.logprob_drift import LogprobDrift, calibrated, first_token, grounds, truncate
 from probes.settings import DriftSettings, ProbeSettings
 from probes.testbed.harness import EndpointSpec, Testbed
 from tests.fakes.catalog import make_endpoint
@@ -99,19 +99,26 @@ async def test_reference_comparison_on_the_first_run():
     assert swapped.details["reference_tokens"] == 24 * 10 + sum(b["max_tokens"] for b in ctx.reference.bodies)
 
 
-async def _calibrated_settings(tmp_path):
-    """Settings whose calibration for model "m" is one honest pair: a reference and a copy whose
-    logits differ a little (another engine's kernels), measured by the probe itself."""
-    measured = await LogprobDrift().run(_ctx(ToyModel(shift=0.05), reference=ToyModel()))
-    assert "no honest calibration for model 'm'" in measured.details["reference_calibration"]
-    prompts = measured.details["comparisons"]["reference"]["prompts"]
-    values = sorted(v["statistic"] for v in prompts.values())
+async def _calibrated_settings(tmp_path, shifts=(0.05, 0.06, 0.07), fpr=0.25):
+    """Settings whose calibration for model "m" is one honest pair per shift: a reference and a copy
+    whose logits differ a little (another engine family's kernels), measured by the probe itself.
+    Three pairs support a false-positive rate of 1/4 per comparison, so `calibration_fpr` is 0.25."""
+    engines = {"reference": {"family": 0}}
+    pairs = []
+    for i, shift in enumerate(shifts, 1):
+        measured = await LogprobDrift().run(_ctx(ToyModel(shift=shift), reference=ToyModel()))
+        assert "no honest calibration for model 'm'" in measured.details["reference_calibration"]
+        engines[f"e{i}"] = {"family": i}
+        prompts = measured.details["comparisons"]["reference"]["prompts"]
+        pairs.append({"a": "reference", "b": f"e{i}", "prompts": prompts})
     path = tmp_path / "m.json"
     drift = SETTINGS.drift
     settings = {"prompts": list(drift.prompts), "requests": drift.requests, "top_logprobs": 20}
-    honest = {"n": len(values), "values": values}
-    path.write_text(json.dumps({"schema": SCHEMA_VERSION, "models": ["m"], "honest": honest, "settings": settings}))
-    return SETTINGS.model_copy(update={"drift": SETTINGS.drift.model_copy(update={"calibration": str(path)})})
+    honest = {"n": len(pairs), "pairs": pairs}
+    raw = {"schema": SCHEMA_VERSION, "models": ["m"], "engines": engines, "honest": honest, "settings": settings}
+    path.write_text(json.dumps(raw))
+    drift = drift.model_copy(update={"calibration": str(path), "calibration_fpr": fpr})
+    return SETTINGS.model_copy(update={"drift": drift})
 
 
 async def test_an_engine_as_far_as_honest_ones_passes_the_calibrated_reference(tmp_path):
@@ -122,8 +129,24 @@ async def test_an_engine_as_far_as_honest_ones_passes_the_calibrated_reference(t
     assert reference["equality_p_value"] <= 0.05  # the equality test alone would fail it
     assert reference["beyond_margin"] == []
     assert honest.verdict == "pass"
-    prompts = len(SETTINGS.drift.prompts)  # n = prompts honest values: each one's bound is 1/(n + 1)
-    assert reference["false_positive_rate"] == pytest.approx(prompts / (prompts + 1))
+    # n = 3 independent pairs, one value each (their largest S): the bound is 1/(n + 1) per comparison.
+    assert (reference["honest_n"], reference["false_positive_rate"]) == (3, pytest.approx(1 / 4))
+
+
+async def test_a_calibration_of_too_few_engine_families_is_not_used(tmp_path):
+    """One honest pair supports a false-positive rate of 1/2 at best: above calibration_fpr, so the
+    equality test stays, and says why (the committed SmolLM2 file is such a calibration)."""
+    settings = await _calibrated_settings(tmp_path, shifts=(0.05,), fpr=0.01)
+    result = await LogprobDrift().run(_ctx(ToyModel(shift=0.04), reference=ToyModel(), settings=settings))
+    note = result.details["reference_calibration"]
+    assert note.startswith("too few honest engine families (n=1): equality test") and "0.5" in note
+    reference = result.details["comparisons"]["reference"]
+    assert "margin" not in reference and reference["p_value"] <= 0.05
+    assert result.verdict == "fail" and result.grounds == "reference"  # the policy keeps it at SUSPECT
+    equality = Outcome(statistic=0.1, p_value=0.004, details={"prompts": {}})
+    judged, note = await calibrated(equality, "smollm2", DriftSettings(), 20)
+    assert judged is equality and note.startswith("too few honest engine families (n=1): equality test")
+    assert "smollm2.json" in note
 
 
 async def test_an_engine_further_than_honest_ones_fails_the_calibrated_reference(tmp_path):
