@@ -13,6 +13,7 @@ translation reads it (`providers.anthropic_answer.chat_usage`), for accounting, 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -74,9 +75,12 @@ class NativeStream:
         kind = obj.get("type") if isinstance(obj, dict) else None
         if not name and isinstance(kind, str):  # an upstream that names events only in the data
             raw = b"event: " + kind.encode() + raw[len(b"event: ") :]
-        if kind == "message_start":  # its usage is exact for the prompt: no estimate needed from here on
-            self._usage.update((obj.get("message") or {}).get("usage") or {})
-            return ParsedChunk([raw], Usage.from_openai(chat_usage(self._usage)))
+        if kind == "message_start":  # exact for the prompt only: the output is counted until message_delta
+            message = obj.get("message")
+            usage = message.get("usage") if isinstance(message, dict) else None
+            self._usage.update(usage if isinstance(usage, dict) else {})
+            prompt = Usage.from_openai(chat_usage(self._usage))
+            return ParsedChunk([raw], prompt_usage=replace(prompt, completion_tokens=0) if prompt else None)
         if kind == "message_delta":
             self._usage.update({k: v for k, v in (obj.get("usage") or {}).items() if v is not None})
             return ParsedChunk([raw], Usage.from_openai(chat_usage(self._usage)))

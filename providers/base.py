@@ -39,6 +39,9 @@ class ParsedChunk:
     payloads: list[bytes] = field(default_factory=list)
     usage: Usage | None = None
     done: bool = False
+    # The prompt's exact count, sent before the output's (Messages' message_start): not yet the
+    # request's usage, but what an estimate takes for the prompt should the final usage never come.
+    prompt_usage: Usage | None = None
 
 
 class StreamTranslator(Protocol):

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from gateway.pipeline.context import RequestContext
+from gateway.pipeline.estimate import count_events
 from gateway.pipeline.outcome import Streaming
 from gateway.pipeline.responses import ErrorEvents, Turn, keep
 from gateway.translate.responses_native import own
@@ -90,6 +91,8 @@ async def relay(
     try:
         batch, done = streaming.first, streaming.done
         while True:
+            if ctx.usage is None:  # usage comes only at the end: until then the output is counted
+                count_events(ctx, batch)
             out = b"".join([await events.own(raw) for raw in batch])
             if done:
                 if ctx.response_parts is not None and events.response is not None:
