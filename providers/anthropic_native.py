@@ -21,12 +21,13 @@ import orjson
 from kernel.errors import ProviderServerError, ProviderStreamError
 from kernel.values import Usage
 from providers.anthropic_answer import chat_usage
-from providers.base import ParsedBody, ParsedChunk, Target, UpstreamRequest
+from providers.base import ParsedBody, ParsedChunk, Target, UpstreamRequest, typed_as
 
 MESSAGES = "messages"
 # The client's headers that go with its body: the betas it opted into change what the body may hold.
 FORWARDED = ("anthropic-beta",)
-# Events relayed without being parsed: they carry no usage and no error (the hot part of a stream).
+# Events relayed without being parsed when their data says the same type (`typed_as`): they carry no
+# usage and no error (the hot part of a stream).
 OPAQUE = frozenset({b"content_block_delta", b"content_block_start", b"content_block_stop", b"ping"})
 
 
@@ -66,15 +67,15 @@ class NativeStream:
     def feed(self, event: str | None, data: bytes) -> ParsedChunk:
         name = (event or "").encode()
         raw = b"event: " + name + b"\ndata: " + data + b"\n\n"
-        if name in OPAQUE:
+        if name in OPAQUE and typed_as(name, data):
             return ParsedChunk([raw])
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
             raise self._fail("an invalid stream event") from None
         kind = obj.get("type") if isinstance(obj, dict) else None
-        if not name and isinstance(kind, str):  # an upstream that names events only in the data
-            raw = b"event: " + kind.encode() + raw[len(b"event: ") :]
+        if isinstance(kind, str) and kind.encode() != name:  # named only in the data, or named otherwise: the data's wins
+            raw = b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
         if kind == "message_start":  # exact for the prompt only: the output is counted until message_delta
             message = obj.get("message")
             usage = message.get("usage") if isinstance(message, dict) else None

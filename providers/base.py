@@ -50,6 +50,16 @@ class StreamTranslator(Protocol):
     def feed(self, event: str | None, data: bytes) -> ParsedChunk: ...
 
 
+def typed_as(name: bytes, data: bytes) -> bool:
+    """Whether an event's data says the type its `event:` name says, read from its first bytes
+    (`{"type":"<name>"`, as the upstreams write it): SDKs go by the data's type, so only such an
+    event may pass unparsed (`NativeAdapter`); any other is parsed and read by its data."""
+    if not name:
+        return False
+    quoted = b'"' + name + b'"'
+    return data.startswith(b'{"type":' + quoted) or data.startswith(b'{"type": ' + quoted)
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """What an adapter needs to know about the endpoint it talks to."""

@@ -48,13 +48,27 @@ class NativeEvents:
         self._seq = 0
         self.response: dict[str, Any] | None = None  # the finished one
 
+    def _data(self, name: str, raw: bytes) -> dict[str, Any]:
+        start = raw.find(b"\ndata: ")
+        try:
+            data = orjson.loads(raw[start + len(b"\ndata: ") :]) if start >= 0 else None
+        except orjson.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict):
+            raise ProviderStreamError(f"upstream event {name} is not a JSON object", endpoint=self._endpoint_id)
+        return data
+
     async def own(self, raw: bytes) -> bytes:
         name = _name(raw)
         if name not in CARRIES_RESPONSE:
             self._seq += 1
             return raw
-        data = orjson.loads(raw[raw.index(b"\ndata: ") + len(b"\ndata: ") :])
-        self._seq = max(self._seq, int(data.get("sequence_number") or 0)) + 1
+        data = self._data(name, raw)
+        seq = data.get("sequence_number")
+        seq = 0 if seq is None else seq  # absent or null: a server that does not number its events
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+            raise ProviderStreamError(f"upstream event {name} has an invalid sequence_number", endpoint=self._endpoint_id)
+        self._seq = max(self._seq, seq) + 1
         response = data.get("response")
         if not isinstance(response, dict):
             raise ProviderServerError(f"upstream event {name} carries no response", endpoint=self._endpoint_id)
