@@ -109,6 +109,11 @@ class NativeAdapter(Protocol):
 
     native_apis: frozenset[str]
 
+    def takes_natively(self, api: str, body: Mapping[str, Any]) -> bool:
+        """Whether this body may go as is: an adapter declines one whose meaning its upstream would
+        not keep (then it is translated, or, if it cannot be, refused)."""
+        ...
+
     def build_native(
         self, target: Target, api: str, body: Mapping[str, Any], stream: bool, headers: Mapping[str, str]
     ) -> UpstreamRequest: ...

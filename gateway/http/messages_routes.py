@@ -36,7 +36,7 @@ from gateway.http.openai_routes import (
 )
 from gateway.pipeline.context import NativeRequest, RequestContext
 from gateway.pipeline.count import count_prompt, counting_endpoint
-from gateway.pipeline.native import PASSTHROUGH
+from gateway.pipeline.native import PASSTHROUGH, passes
 from gateway.pipeline.outcome import Completed
 from gateway.pipeline.resolve import resolve
 from gateway.pipeline.stream import Framing
@@ -107,8 +107,10 @@ def _chat_view(body: dict[str, Any]) -> tuple[ChatRequest, UnsupportedParameter 
             raise exc from None
 
 
-def _native_only(candidates: tuple[Endpoint, ...], refused: UnsupportedParameter) -> tuple[Endpoint, ...]:
-    kept = tuple(ep for ep in candidates if "messages" in ep.deployment.native)
+def _native_only(
+    candidates: tuple[Endpoint, ...], refused: UnsupportedParameter, request: NativeRequest | None
+) -> tuple[Endpoint, ...]:
+    kept = tuple(ep for ep in candidates if passes(request, ep))
     if not kept:
         raise refused
     return kept
@@ -149,7 +151,7 @@ class MessagesEndpoint(InferenceEndpoint):
             if any("messages" in ep.deployment.native for ep in candidates):  # else nothing passes through
                 ctx.native = _native(scope, body)
             if refused is not None:
-                candidates = _native_only(candidates, refused)
+                candidates = _native_only(candidates, refused, ctx.native)
             result = await _until_disconnect(receive, _route_and_dispatch(state, ctx, candidates))
         except ClientGone:
             account_gone(state, ctx)
