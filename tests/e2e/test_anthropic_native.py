@@ -71,6 +71,7 @@ def settings(anthropic_url: str, openai_url: str) -> Settings:
             {**_anth("claude-priced", "claude-fake"), "price": {"input": 0.0, "output": 1000.0}},  # $0.001 an output token
             _anth("claude-cut", "c@cut:4"),
             _anth("claude-cut-late", "c@cut:10"),
+            {**_anth("claude-small", "claude-fake"), "context_window": 8192},
             _anth("claude-overloaded-event", "c@error-event:4"),
             _anth("claude-429", "c@status:429;retry-after=0"),
             _anth("claude-529", "c@status:529;retry-after=0"),
@@ -273,3 +274,14 @@ def test_a_native_stream_cut_is_charged_for_the_output_relayed(client: anthropic
     assert len(texts) == 7  # events 3..9 of the fake: the deltas before the cut
     tokens = _tokens(gateway, "anth/claude-cut-late", 1)
     assert tokens["completion"] >= len(texts) and tokens["cached"] == 3  # the prompt: message_start's own count
+
+
+def test_a_big_document_counts_in_full_for_routing(client: anthropic.Anthropic, anth: FakeAnthropicUpstream) -> None:
+    # The chat view holds what it cannot translate as text of its size: the context filter sees it all.
+    big = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "word " * 20_000}}
+    request: dict[str, Any] = {"max_tokens": 64, "messages": [{"role": "user", "content": [big, {"type": "text", "text": "Summarise"}]}]}
+    with pytest.raises(anthropic.APIStatusError) as refused:
+        client.messages.create(model="claude-small", **request)
+    assert refused.value.status_code == 400 and "context" in refused.value.message and anth.requests == []
+    small = {**request, "messages": [{"role": "user", "content": [DOCUMENT, {"type": "text", "text": "Summarise"}]}]}
+    assert client.messages.create(model="claude-small", **small).content
