@@ -4,7 +4,8 @@ owns (`gateway.translate.responses_native.own`): the response's id, `model`, `st
 `previous_response_id`, in the answer and in every event that carries the response
 (`response.created`, `response.in_progress`, `response.completed` ...). The finished response is
 stored as a translated one is (`gateway.pipeline.responses.keep`: the same size cap and TTL), before
-the client sees it finished. The other events pass as bytes, unparsed.
+the client sees it finished; a `response.failed` is relayed as it came but not stored, and reported
+to the observers as a failed attempt. The other events pass as bytes, unparsed.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class NativeEvents:
         self._endpoint_id = endpoint_id
         self._seq = 0
         self.response: dict[str, Any] | None = None  # the finished one
+        self.failed: ProviderServerError | None = None  # what a response.failed said
 
     def _data(self, name: str, raw: bytes) -> dict[str, Any]:
         start = raw.find(b"\ndata: ")
@@ -73,7 +75,11 @@ class NativeEvents:
         if not isinstance(response, dict):
             raise ProviderServerError(f"upstream event {name} carries no response", endpoint=self._endpoint_id)
         own(response, self._turn.response_id, self._turn.model, self._turn.request.echo)
-        if name in TERMINAL:
+        if name == "response.failed":  # relayed (the SDK raises on it), neither stored nor a success
+            error = response.get("error") if isinstance(response.get("error"), dict) else {}
+            what = f"{error.get('code') or 'error'}: {error.get('message', '')}"[:500]
+            self.failed = ProviderServerError(f"upstream response failed: {what}", endpoint=self._endpoint_id)
+        elif name in TERMINAL:
             await keep(self._ctx, self._turn, response)
             self.response = response
         return _PREFIX + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
@@ -112,6 +118,9 @@ async def relay(
                 if ctx.response_parts is not None and events.response is not None:
                     ctx.response_parts.append(orjson.dumps(events.response))
                 yield out
+                if events.failed is not None:  # the client has the upstream's own account of it
+                    ctx.status, ctx.error = events.failed.status_code, type(events.failed).__name__
+                    on_failure(events.failed)
                 return
             if out:
                 yield out
