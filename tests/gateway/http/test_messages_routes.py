@@ -97,6 +97,7 @@ def counting() -> Iterator[tuple[TestClient, MockHTTPClient]]:
         ],
         deployments=[
             {"model": "local", "provider": "engine", "upstream_model": "smollm2"},
+            {"model": "native-local", "provider": "engine", "upstream_model": "smollm2", "native": ["messages"]},
             {"model": "old-local", "provider": "old", "upstream_model": "smollm2"},
             {"model": "remote", "provider": "cloud", "upstream_model": "gpt"},
             {"model": "us-only", "provider": "us-engine", "upstream_model": "smollm2"},
@@ -257,3 +258,14 @@ def test_llama_server_is_sent_a_single_call_request_translated_not_as_is() -> No
         assert json.loads(client.requests[-1].body)["parallel_tool_calls"] is False
         sdk.messages.create(model="local", max_tokens=8, messages=hello, tools=tools)  # type: ignore[arg-type]
         assert client.requests[-1].url.endswith("/messages")  # otherwise as is
+
+
+def test_count_tokens_counts_what_messages_would_pass_through(sdk: anthropic.Anthropic) -> None:
+    # A document chat cannot carry: counted (the estimate of the chat view holding it as text) where
+    # /v1/messages would take it as is, refused where it would be refused.
+    document = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "word " * 2000}}
+    messages = [{"role": "user", "content": [document, {"type": "text", "text": "Summarise"}]}]
+    raw = sdk.messages.with_raw_response.count_tokens(model="native-local", messages=messages)  # type: ignore[arg-type]
+    assert raw.parse().input_tokens > 2000 and raw.headers["x-gateway-token-count"].startswith("estimate;")
+    with pytest.raises(anthropic.BadRequestError, match="document"):
+        sdk.messages.count_tokens(model="local", messages=messages)  # type: ignore[arg-type]
