@@ -76,7 +76,8 @@ class NativeEvents:
             raise ProviderServerError(f"upstream event {name} carries no response", endpoint=self._endpoint_id)
         own(response, self._turn.response_id, self._turn.model, self._turn.request.echo)
         if name == "response.failed":  # relayed (the SDK raises on it), neither stored nor a success
-            error = response.get("error") if isinstance(response.get("error"), dict) else {}
+            error = response.get("error")
+            error = error if isinstance(error, dict) else {}
             what = f"{error.get('code') or 'error'}: {error.get('message', '')}"[:500]
             self.failed = ProviderServerError(f"upstream response failed: {what}", endpoint=self._endpoint_id)
         elif name in TERMINAL:
