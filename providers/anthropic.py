@@ -200,6 +200,9 @@ def _headers(target: Target, stream: bool) -> dict[str, str]:
 class AnthropicAdapter:
     native_apis = frozenset({anthropic_native.MESSAGES})
 
+    def takes_natively(self, api: str, body: Mapping[str, Any]) -> bool:
+        return True
+
     def build_request(self, target: Target, op: Operation, body: dict[str, Any], stream: bool) -> UpstreamRequest:
         if op != "chat":
             raise _refuse(target, "model", f"The {op} endpoint is not supported")

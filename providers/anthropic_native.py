@@ -13,6 +13,7 @@ translation reads it (`providers.anthropic_answer.chat_usage`), for accounting, 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -20,12 +21,13 @@ import orjson
 from kernel.errors import ProviderServerError, ProviderStreamError
 from kernel.values import Usage
 from providers.anthropic_answer import chat_usage
-from providers.base import ParsedBody, ParsedChunk, Target, UpstreamRequest
+from providers.base import ParsedBody, ParsedChunk, Target, UpstreamRequest, typed_as
 
 MESSAGES = "messages"
 # The client's headers that go with its body: the betas it opted into change what the body may hold.
 FORWARDED = ("anthropic-beta",)
-# Events relayed without being parsed: they carry no usage and no error (the hot part of a stream).
+# Events relayed without being parsed when their data says the same type (`typed_as`): they carry no
+# usage and no error (the hot part of a stream).
 OPAQUE = frozenset({b"content_block_delta", b"content_block_start", b"content_block_stop", b"ping"})
 
 
@@ -65,18 +67,21 @@ class NativeStream:
     def feed(self, event: str | None, data: bytes) -> ParsedChunk:
         name = (event or "").encode()
         raw = b"event: " + name + b"\ndata: " + data + b"\n\n"
-        if name in OPAQUE:
+        if name in OPAQUE and typed_as(name, data):
             return ParsedChunk([raw])
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
             raise self._fail("an invalid stream event") from None
         kind = obj.get("type") if isinstance(obj, dict) else None
-        if not name and isinstance(kind, str):  # an upstream that names events only in the data
-            raw = b"event: " + kind.encode() + raw[len(b"event: ") :]
-        if kind == "message_start":  # its usage is exact for the prompt: no estimate needed from here on
-            self._usage.update((obj.get("message") or {}).get("usage") or {})
-            return ParsedChunk([raw], Usage.from_openai(chat_usage(self._usage)))
+        if isinstance(kind, str) and kind.encode() != name:  # named only in the data, or named otherwise: the data's wins
+            raw = b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+        if kind == "message_start":  # exact for the prompt only: the output is counted until message_delta
+            message = obj.get("message")
+            usage = message.get("usage") if isinstance(message, dict) else None
+            self._usage.update(usage if isinstance(usage, dict) else {})
+            prompt = Usage.from_openai(chat_usage(self._usage))
+            return ParsedChunk([raw], prompt_usage=replace(prompt, completion_tokens=0) if prompt else None)
         if kind == "message_delta":
             self._usage.update({k: v for k, v in (obj.get("usage") or {}).items() if v is not None})
             return ParsedChunk([raw], Usage.from_openai(chat_usage(self._usage)))

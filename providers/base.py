@@ -39,12 +39,25 @@ class ParsedChunk:
     payloads: list[bytes] = field(default_factory=list)
     usage: Usage | None = None
     done: bool = False
+    # The prompt's exact count, sent before the output's (Messages' message_start): not yet the
+    # request's usage, but what an estimate takes for the prompt should the final usage never come.
+    prompt_usage: Usage | None = None
 
 
 class StreamTranslator(Protocol):
     """Stateful, one per stream: upstream SSE events in, client `data:` payloads out."""
 
     def feed(self, event: str | None, data: bytes) -> ParsedChunk: ...
+
+
+def typed_as(name: bytes, data: bytes) -> bool:
+    """Whether an event's data says the type its `event:` name says, read from its first bytes
+    (`{"type":"<name>"`, as the upstreams write it): SDKs go by the data's type, so only such an
+    event may pass unparsed (`NativeAdapter`); any other is parsed and read by its data."""
+    if not name:
+        return False
+    quoted = b'"' + name + b'"'
+    return data.startswith(b'{"type":' + quoted) or data.startswith(b'{"type": ' + quoted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +108,11 @@ class NativeAdapter(Protocol):
     forwards) and the answer or SSE events come back as is, with their usage read on the way."""
 
     native_apis: frozenset[str]
+
+    def takes_natively(self, api: str, body: Mapping[str, Any]) -> bool:
+        """Whether this body may go as is: an adapter declines one whose meaning its upstream would
+        not keep (then it is translated, or, if it cannot be, refused)."""
+        ...
 
     def build_native(
         self, target: Target, api: str, body: Mapping[str, Any], stream: bool, headers: Mapping[str, str]

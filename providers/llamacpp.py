@@ -135,6 +135,12 @@ class LlamaCppAdapter(OpenAICompatAdapter):
 
     native_apis: frozenset[str] = frozenset({anthropic_native.MESSAGES})
 
+    def takes_natively(self, api: str, body: Mapping[str, Any]) -> bool:
+        """Not with `tool_choice.disable_parallel_tool_use`: llama-server ignores it, and only the
+        translation holds its answer to one call (`parallel_tool_calls: false`, `_single_call`)."""
+        choice = body.get("tool_choice")
+        return not (isinstance(choice, Mapping) and choice.get("disable_parallel_tool_use") is True)
+
     def build_native(
         self, target: Target, api: str, body: Mapping[str, Any], stream: bool, headers: Mapping[str, str]
     ) -> UpstreamRequest:

@@ -99,6 +99,9 @@ class OpenAICompatAdapter:
 
     native_apis: frozenset[str] = frozenset({openai_responses.RESPONSES})
 
+    def takes_natively(self, api: str, body: Mapping[str, Any]) -> bool:
+        return True
+
     def build_native(
         self, target: Target, api: str, body: Mapping[str, Any], stream: bool, headers: Mapping[str, str]
     ) -> UpstreamRequest:

@@ -19,12 +19,13 @@ import orjson
 
 from kernel.errors import ProviderServerError, ProviderStreamError
 from kernel.values import Usage
-from providers.base import ParsedBody, ParsedChunk, Target, UpstreamRequest
+from providers.base import ParsedBody, ParsedChunk, Target, UpstreamRequest, typed_as
 
 RESPONSES = "responses"
 # Events that end a Response's stream: each carries the whole response, usage included.
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
-# Events relayed without being parsed here: they carry no usage and no error (the hot part of a stream).
+# Events relayed without being parsed here when their data says the same type (`typed_as`): they
+# carry no usage and no error (the hot part of a stream).
 OPAQUE = frozenset(
     {
         b"response.output_text.delta",
@@ -92,7 +93,7 @@ class NativeStream:
 
     def feed(self, event: str | None, data: bytes) -> ParsedChunk:
         name = (event or "").encode()
-        if name in OPAQUE:
+        if name in OPAQUE and typed_as(name, data):
             return ParsedChunk([b"event: " + name + b"\ndata: " + data + b"\n\n"])
         if data.strip() == b"[DONE]":  # some servers end a Responses stream as a chat one
             return ParsedChunk()

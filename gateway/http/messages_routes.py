@@ -36,7 +36,7 @@ from gateway.http.openai_routes import (
 )
 from gateway.pipeline.context import NativeRequest, RequestContext
 from gateway.pipeline.count import count_prompt, counting_endpoint
-from gateway.pipeline.native import PASSTHROUGH
+from gateway.pipeline.native import PASSTHROUGH, passes
 from gateway.pipeline.outcome import Completed
 from gateway.pipeline.resolve import resolve
 from gateway.pipeline.stream import Framing
@@ -95,20 +95,22 @@ async def _body(state: AppState, scope: Scope, receive: Receive) -> dict[str, An
     return body
 
 
-def _chat_view(body: dict[str, Any]) -> tuple[ChatRequest, UnsupportedParameter | None]:
+def _chat_view(body: dict[str, Any], *, counting: bool = False) -> tuple[ChatRequest, UnsupportedParameter | None]:
     """The chat view, and what the translation refused: such a request can still go, as it is, to
-    an endpoint that takes Messages natively (its view then leaves the refused parts out)."""
+    an endpoint that takes Messages natively (its view then holds the refused parts as text)."""
     try:
-        return to_chat(body), None
+        return to_chat(body, counting=counting), None
     except UnsupportedParameter as exc:
         try:
-            return to_chat(carried(body)), exc
+            return to_chat(carried(body), counting=counting), exc
         except GatewayError:
             raise exc from None
 
 
-def _native_only(candidates: tuple[Endpoint, ...], refused: UnsupportedParameter) -> tuple[Endpoint, ...]:
-    kept = tuple(ep for ep in candidates if "messages" in ep.deployment.native)
+def _native_only(
+    candidates: tuple[Endpoint, ...], refused: UnsupportedParameter, request: NativeRequest | None
+) -> tuple[Endpoint, ...]:
+    kept = tuple(ep for ep in candidates if passes(request, ep))
     if not kept:
         raise refused
     return kept
@@ -149,7 +151,7 @@ class MessagesEndpoint(InferenceEndpoint):
             if any("messages" in ep.deployment.native for ep in candidates):  # else nothing passes through
                 ctx.native = _native(scope, body)
             if refused is not None:
-                candidates = _native_only(candidates, refused)
+                candidates = _native_only(candidates, refused, ctx.native)
             result = await _until_disconnect(receive, _route_and_dispatch(state, ctx, candidates))
         except ClientGone:
             account_gone(state, ctx)
@@ -205,13 +207,16 @@ async def _count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
     try:
         ctx = RequestContext(request_id=headers["x-request-id"], op="chat", started=state.clock())
         ctx.key_name = authenticate(state, scope)
-        request = to_chat(await _body(state, scope, receive), counting=True)
+        raw = await _body(state, scope, receive)
+        request, refused = _chat_view(raw, counting=True)
         candidates = resolve(state.catalog, "chat", request.model, request.body)  # an unknown model is a 404
+        if refused is not None:  # counted as /v1/messages would route it: only where it passes as is
+            candidates = _native_only(candidates, refused, NativeRequest.of("messages", raw, {}))
         if state.limits is not None:  # the key's allowed models and rpm bind counting too
             ctx.model = request.model
             state.limits.check(ctx)
             await state.limits.count_request(ctx)
-        tokens, method = await _count(state, candidates, request, ctx.key_name)
+        tokens, method = await _count(state, candidates, request, ctx.key_name, exact=refused is None)
     except ClientGone:
         return
     except GatewayError as exc:
@@ -222,14 +227,15 @@ async def _count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 async def _count(
-    state: AppState, candidates: tuple[Endpoint, ...], request: ChatRequest, key_name: str | None
+    state: AppState, candidates: tuple[Endpoint, ...], request: ChatRequest, key_name: str | None, *, exact: bool = True
 ) -> tuple[int, str]:
     """Exact from an endpoint this key and request may reach (the router's own filters: the
-    prompt goes upstream to be counted); else, and when it fails, the local estimate."""
+    prompt goes upstream to be counted); else, and when it fails, the local estimate. Not `exact`:
+    a chat view with parts held as text (`carried`), which only the estimate counts."""
     assert state.router is not None  # build_state always makes one
     router, body = state.router, request.body
     features = router.features("chat", body, key_name, prefs=request.prefs, hash_chain=False)
-    endpoint, ruled_out = counting_endpoint(candidates, features, router.shared.snapshot())
+    endpoint, ruled_out = counting_endpoint(candidates, features, router.shared.snapshot()) if exact else (None, ())
     method = COUNT_METHOD
     if ruled_out:
         method += "; " + ", ".join(f"endpoint {x.endpoint.id} ruled out ({x.reason})" for x in ruled_out)

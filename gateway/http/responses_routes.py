@@ -44,6 +44,7 @@ from gateway.http.openai_routes import (
 from gateway.pipeline import responses as stage
 from gateway.pipeline import responses_native as native_stage
 from gateway.pipeline.context import NativeRequest, RequestContext
+from gateway.pipeline.native import passes
 from gateway.pipeline.outcome import Completed, Streaming
 from gateway.pipeline.resolve import resolve
 from gateway.pipeline.stream import CHAT, Framing
@@ -96,8 +97,10 @@ def _chat_view(raw: dict[str, Any], history: list[dict[str, Any]]) -> tuple[Chat
             raise exc from None
 
 
-def _native_only(candidates: tuple[Endpoint, ...], refused: UnsupportedParameter) -> tuple[Endpoint, ...]:
-    kept = tuple(ep for ep in candidates if NATIVE in ep.deployment.native)
+def _native_only(
+    candidates: tuple[Endpoint, ...], refused: UnsupportedParameter, request: NativeRequest | None
+) -> tuple[Endpoint, ...]:
+    kept = tuple(ep for ep in candidates if passes(request, ep))
     if not kept:
         raise refused
     return kept
@@ -142,7 +145,7 @@ class ResponsesEndpoint:
                 ctx.native = NativeRequest.of(NATIVE, upstream_body(raw, before), {})
                 turn.items = [*(before or ()), *turn_items(raw.get("input"))]
             if refused is not None:
-                candidates = _native_only(candidates, refused)
+                candidates = _native_only(candidates, refused, ctx.native)
             result = await _until_disconnect(receive, _route_and_dispatch(state, ctx, candidates))
             if isinstance(result, Completed):
                 finish = native_stage.complete if result.native else stage.complete

@@ -59,6 +59,8 @@ class RequestContext:
     # The upstream reported no usage: `usage` is the estimate from the output relayed
     # (gateway.pipeline.estimate), whose text the relays count here.
     usage_estimated: bool = False
+    # The prompt's exact usage reported before the final one (`ParsedChunk.prompt_usage`).
+    prompt_usage: Usage | None = None
     output_chars: int = 0
     output_pieces: int = 0
     ttft: float | None = None

@@ -51,6 +51,7 @@ async def parse_stream(response: UpstreamResponse, translator: StreamTranslator)
                 else:
                     merged.payloads.extend(chunk.payloads)
                     merged.usage = chunk.usage if chunk.usage is not None else merged.usage
+                    merged.prompt_usage = chunk.prompt_usage or merged.prompt_usage
                     merged.done = chunk.done
                 if chunk.done:
                     break
@@ -213,6 +214,8 @@ class Dispatcher:
                 async for chunk in events:
                     if chunk.usage is not None:
                         ctx.usage = chunk.usage
+                    if chunk.prompt_usage is not None:
+                        ctx.prompt_usage = chunk.prompt_usage
                     first.extend(chunk.payloads)
                     if chunk.done:
                         done = True

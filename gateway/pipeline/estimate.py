@@ -4,7 +4,8 @@ A committed answer without usage (an upstream that ignores include_usage, a stre
 after output went out, a client that left after finish_reason before the usage chunk) still cost
 the upstream its prompt and what it generated: the accountant records this estimate instead of
 nothing, and the limits stage settles on it, so such a request is not free. The relays count the
-output text they pass on (`count_payloads`, `count_chunk`); a whole answer is counted only when it
+output text they pass on (`count_payloads`, `count_chunk`; a passed-through stream's events:
+`count_events`); a whole answer is counted only when it
 came without usage. Completion tokens are the larger of the pieces of text (an engine streams about
 one token each) and 4 characters a token, capped at max_tokens for each completion asked for.
 """
@@ -60,13 +61,44 @@ def count_chunk(ctx: RequestContext, obj: dict[str, Any]) -> None:
             ctx.output_pieces += 1
 
 
+# The text of a passed-through event: Messages' content_block_delta, Responses' response.*.delta.
+DELTA_FIELDS = ("text", "partial_json", "thinking")
+_DATA = b"data: "
+
+
+def count_events(ctx: RequestContext, events: list[bytes]) -> None:
+    """Whole SSE events (`event: ...\ndata: ...`) of a stream passed through as it came."""
+    for event in events:
+        start = event.find(_DATA)
+        if start < 0:
+            continue
+        try:
+            obj = orjson.loads(event[start + len(_DATA) :])
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(obj, dict):
+            continue
+        delta = obj.get("delta")
+        chars = 0
+        if obj.get("type") == "content_block_delta" and isinstance(delta, dict):
+            chars = sum(len(v) for name in DELTA_FIELDS if isinstance(v := delta.get(name), str))
+        elif isinstance(kind := obj.get("type"), str) and kind.startswith("response.") and isinstance(delta, str):
+            chars = len(delta)
+        if chars:
+            ctx.output_chars += chars
+            ctx.output_pieces += 1
+
+
 def estimated_usage(ctx: RequestContext) -> Usage:
     features = getattr(ctx.route, "features", None)
     prompt = int(features.prompt_tokens) if features is not None else len(str(ctx.body)) // 4 + 1
+    cached = 0
+    if ctx.prompt_usage is not None:  # the upstream's own count of the prompt came before the output
+        prompt, cached = ctx.prompt_usage.prompt_tokens, ctx.prompt_usage.cached_tokens
     if ctx.op == "embeddings":
         return Usage(prompt_tokens=prompt)
     completion = max(ctx.output_pieces, math.ceil(ctx.output_chars / CHARS_PER_TOKEN))
     most = features.max_output_tokens if features is not None else None
     if most is not None:
         completion = min(completion, most * output_choices(ctx.op, ctx.body))
-    return Usage(prompt_tokens=prompt, completion_tokens=completion)
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached)

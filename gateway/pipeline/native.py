@@ -1,6 +1,7 @@
 """Pass-through: a client API the routed deployment's upstream speaks itself (`DeploymentConfig.native`).
 
-The route keeps the client's own body (`NativeRequest`) beside the internal chat view it built;
+An adapter may decline a body its upstream would not honour (`NativeAdapter.takes_natively`): that
+attempt translates it. The route keeps the client's own body (`NativeRequest`) beside the internal chat view it built;
 routing, limits and affinity read the chat view as for any request. Each attempt asks `takes`: an
 endpoint whose deployment lists the client's API gets the client's body (`request`) and its answer
 or events come back as they are (`Completed.native`, `Streaming.native`, framed by `PASSTHROUGH`);
@@ -21,12 +22,22 @@ if TYPE_CHECKING:
     from gateway.catalog import Endpoint
 
 
-def _adapter(ctx: RequestContext, endpoint: Endpoint) -> tuple[NativeRequest, NativeAdapter] | None:
-    native = ctx.native
+def passes(native: NativeRequest | None, endpoint: Endpoint) -> bool:
+    """Whether the endpoint takes this request as is: its deployment lists the API, and its adapter
+    does not decline the body (`NativeAdapter.takes_natively`)."""
     if native is None or native.api not in endpoint.deployment.native:
-        return None
+        return False
     adapter = endpoint.adapter
     assert isinstance(adapter, NativeAdapter)  # the catalog checked it (`gateway.catalog`)
+    return adapter.takes_natively(native.api, native.body)
+
+
+def _adapter(ctx: RequestContext, endpoint: Endpoint) -> tuple[NativeRequest, NativeAdapter] | None:
+    native = ctx.native
+    if native is None or not passes(native, endpoint):
+        return None
+    adapter = endpoint.adapter
+    assert isinstance(adapter, NativeAdapter)
     return native, adapter
 
 

@@ -4,7 +4,8 @@ owns (`gateway.translate.responses_native.own`): the response's id, `model`, `st
 `previous_response_id`, in the answer and in every event that carries the response
 (`response.created`, `response.in_progress`, `response.completed` ...). The finished response is
 stored as a translated one is (`gateway.pipeline.responses.keep`: the same size cap and TTL), before
-the client sees it finished. The other events pass as bytes, unparsed.
+the client sees it finished; a `response.failed` is relayed as it came but not stored, and reported
+to the observers as a failed attempt. The other events pass as bytes, unparsed.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import orjson
 
 from gateway.pipeline.context import RequestContext
+from gateway.pipeline.estimate import count_events
 from gateway.pipeline.outcome import Streaming
 from gateway.pipeline.responses import ErrorEvents, Turn, keep
 from gateway.translate.responses_native import own
@@ -46,19 +48,39 @@ class NativeEvents:
         self._endpoint_id = endpoint_id
         self._seq = 0
         self.response: dict[str, Any] | None = None  # the finished one
+        self.failed: ProviderServerError | None = None  # what a response.failed said
+
+    def _data(self, name: str, raw: bytes) -> dict[str, Any]:
+        start = raw.find(b"\ndata: ")
+        try:
+            data = orjson.loads(raw[start + len(b"\ndata: ") :]) if start >= 0 else None
+        except orjson.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict):
+            raise ProviderStreamError(f"upstream event {name} is not a JSON object", endpoint=self._endpoint_id)
+        return data
 
     async def own(self, raw: bytes) -> bytes:
         name = _name(raw)
         if name not in CARRIES_RESPONSE:
             self._seq += 1
             return raw
-        data = orjson.loads(raw[raw.index(b"\ndata: ") + len(b"\ndata: ") :])
-        self._seq = max(self._seq, int(data.get("sequence_number") or 0)) + 1
+        data = self._data(name, raw)
+        seq = data.get("sequence_number")
+        seq = 0 if seq is None else seq  # absent or null: a server that does not number its events
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+            raise ProviderStreamError(f"upstream event {name} has an invalid sequence_number", endpoint=self._endpoint_id)
+        self._seq = max(self._seq, seq) + 1
         response = data.get("response")
         if not isinstance(response, dict):
             raise ProviderServerError(f"upstream event {name} carries no response", endpoint=self._endpoint_id)
         own(response, self._turn.response_id, self._turn.model, self._turn.request.echo)
-        if name in TERMINAL:
+        if name == "response.failed":  # relayed (the SDK raises on it), neither stored nor a success
+            error = response.get("error")
+            error = error if isinstance(error, dict) else {}
+            what = f"{error.get('code') or 'error'}: {error.get('message', '')}"[:500]
+            self.failed = ProviderServerError(f"upstream response failed: {what}", endpoint=self._endpoint_id)
+        elif name in TERMINAL:
             await keep(self._ctx, self._turn, response)
             self.response = response
         return _PREFIX + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
@@ -90,11 +112,16 @@ async def relay(
     try:
         batch, done = streaming.first, streaming.done
         while True:
+            if ctx.usage is None:  # usage comes only at the end: until then the output is counted
+                count_events(ctx, batch)
             out = b"".join([await events.own(raw) for raw in batch])
             if done:
                 if ctx.response_parts is not None and events.response is not None:
                     ctx.response_parts.append(orjson.dumps(events.response))
                 yield out
+                if events.failed is not None:  # the client has the upstream's own account of it
+                    ctx.status, ctx.error = events.failed.status_code, type(events.failed).__name__
+                    on_failure(events.failed)
                 return
             if out:
                 yield out

@@ -11,7 +11,7 @@ from collections.abc import AsyncGenerator, Callable
 from typing import Protocol
 
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.estimate import count_payloads
+from gateway.pipeline.estimate import count_events, count_payloads
 from gateway.pipeline.outcome import Streaming
 from kernel.errors import GatewayError, ProviderError, ProviderStreamError
 
@@ -55,12 +55,13 @@ async def relay(
 ) -> AsyncGenerator[bytes, None]:
     parts = ctx.response_parts
     trace = ctx.tool_trace  # only for requests with tools
+    count = count_events if streaming.native else count_payloads  # passed through: whole SSE events
     try:
         if parts is not None:
             parts.extend(streaming.first)
         if trace is not None:
             trace.feed_chunks(streaming.first)
-        count_payloads(ctx, streaming.first)  # for an estimate, should no usage come
+        count(ctx, streaming.first)  # for an estimate, should no usage come
         first = framing.frame(streaming.first)
         if streaming.done:
             yield first + framing.end()
@@ -70,12 +71,14 @@ async def relay(
         async for chunk in streaming.rest:
             if chunk.usage is not None:
                 ctx.usage = chunk.usage
+            if chunk.prompt_usage is not None:
+                ctx.prompt_usage = chunk.prompt_usage
             if parts is not None:
                 parts.extend(chunk.payloads)
             if trace is not None:
                 trace.feed_chunks(chunk.payloads)
             if ctx.usage is None:  # usage comes last: text after it needs no counting
-                count_payloads(ctx, chunk.payloads)
+                count(ctx, chunk.payloads)
             out = framing.frame(chunk.payloads)
             if chunk.done:
                 yield out + framing.end()

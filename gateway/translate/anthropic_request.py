@@ -381,15 +381,21 @@ USER_BLOCKS = frozenset({"text", "image", "tool_result"})
 ASSISTANT_BLOCKS = frozenset({"text", "tool_use"} | DROPPED_BLOCKS)
 
 
+def _stand_in(block: Body) -> Body:
+    """A block the chat view cannot hold, as text of its size (a document's base64 or text, a server
+    tool's result): routing's and the limits' prompt estimate stays an upper bound."""
+    return {"type": "text", "text": orjson.dumps(block).decode()}
+
+
 def _kept(content: Any, kinds: frozenset[str]) -> Any:
     if not isinstance(content, list):
         return content
-    return [b for b in content if not isinstance(b, dict) or b.get("type") in kinds]
+    return [b if not isinstance(b, dict) or b.get("type") in kinds else _stand_in(b) for b in content]
 
 
 def carried(body: Body) -> Body:
-    """The body less what the chat translation refuses (server tools, MCP servers, document and other
-    block kinds): the chat view of a request passed through to an upstream that takes it as is
+    """The body less what the chat translation refuses (server tools, MCP servers; document and other
+    block kinds become text of their size, `_stand_in`): the chat view of a request passed through to an upstream that takes it as is
     (`gateway.pipeline.native`), for routing and limits only. Malformed input stays for `to_chat` to refuse."""
     out = {k: v for k, v in body.items() if k != "mcp_servers"}
     if isinstance(tools := body.get("tools"), list):

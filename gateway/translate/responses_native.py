@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 Body = dict[str, Any]
 
 # Input items and content parts the chat translation reads (`gateway.translate.responses_input`).
@@ -100,21 +102,33 @@ def _carried_part(part: Any) -> bool:
     return kind in CHAT_PARTS and not (kind == "input_image" and not part.get("image_url"))
 
 
+def _stand_in(part: Any, kind: str = "input_text") -> Body:
+    """A part or item the chat view cannot hold, as text of its size (an input_file's base64, a hosted
+    tool's call): routing's and the limits' prompt estimate stays an upper bound."""
+    return {"type": kind, "text": orjson.dumps(part).decode()}
+
+
+def _parts(parts: list[Any], kind: str) -> list[Any]:
+    return [p if _carried_part(p) else _stand_in(p, kind) for p in parts]
+
+
 def _carried_item(item: Any) -> Any:
     if not isinstance(item, dict):
         return item
+    if item.get("type", "message") not in CHAT_ITEMS:
+        return {"type": "message", "role": "user", "content": [_stand_in(item)]}
     content = item.get("content")
     if isinstance(content, list):
-        kept = [p for p in content if _carried_part(p)]
+        kept = _parts(content, "output_text" if item.get("role") == "assistant" else "input_text")
         item = {**item, "content": kept or [{"type": "input_text", "text": ""}]}
     if item.get("type") == "function_call_output" and isinstance(item.get("output"), list):
-        item = {**item, "output": [p for p in item["output"] if _carried_part(p)]}
+        item = {**item, "output": _parts(item["output"], "input_text")}
     return item
 
 
 def carried(body: Body) -> Body:
-    """The body less what the chat translation refuses (hosted tools and a tool_choice naming one,
-    item and part kinds it does not read): the chat view of a request passed through, for routing
+    """The body less what the chat translation refuses (hosted tools and a tool_choice naming one;
+    item and part kinds it does not read become text of their size, `_stand_in`): the chat view of a request passed through, for routing
     and limits only. Malformed input stays for the translation to refuse."""
     out = {k: v for k, v in body.items() if k not in ("max_tool_calls", "prompt")}
     if isinstance(tools := body.get("tools"), list):
@@ -126,6 +140,6 @@ def carried(body: Body) -> Body:
         elif choice == "required" and not names:
             out.pop("tool_choice")
     if isinstance(value := body.get("input"), list):
-        kept = [_carried_item(i) for i in value if not isinstance(i, dict) or i.get("type", "message") in CHAT_ITEMS]
+        kept = [_carried_item(i) for i in value]
         out["input"] = kept or [{"type": "message", "role": "user", "content": ""}]
     return out

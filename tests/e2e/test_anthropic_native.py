@@ -70,6 +70,8 @@ def settings(anthropic_url: str, openai_url: str) -> Settings:
             _anth("claude-usage", "claude-fake"),
             {**_anth("claude-priced", "claude-fake"), "price": {"input": 0.0, "output": 1000.0}},  # $0.001 an output token
             _anth("claude-cut", "c@cut:4"),
+            _anth("claude-cut-late", "c@cut:10"),
+            {**_anth("claude-small", "claude-fake"), "context_window": 8192},
             _anth("claude-overloaded-event", "c@error-event:4"),
             _anth("claude-429", "c@status:429;retry-after=0"),
             _anth("claude-529", "c@status:529;retry-after=0"),
@@ -260,3 +262,26 @@ def test_a_native_stream_cut_midway_raises_and_never_looks_finished(client: anth
                 seen.append(event.type)
     assert "message_start" in seen and "text" in seen
     assert "message_stop" not in seen and "message_delta" not in seen
+
+
+def test_a_native_stream_cut_is_charged_for_the_output_relayed(client: anthropic.Anthropic, gateway: GatewayServer) -> None:
+    # message_start's usage (output_tokens 1) is the prompt's only: the deltas relayed count until message_delta.
+    texts: list[str] = []
+    words = [{"role": "user", "content": "one two three four five six seven eight nine"}]
+    with pytest.raises(anthropic.APIStatusError):
+        with client.messages.stream(model="claude-cut-late", max_tokens=64, messages=words) as stream:  # type: ignore[arg-type]
+            texts.extend(event.text for event in stream if event.type == "text")
+    assert len(texts) == 7  # events 3..9 of the fake: the deltas before the cut
+    tokens = _tokens(gateway, "anth/claude-cut-late", 1)
+    assert tokens["completion"] >= len(texts) and tokens["cached"] == 3  # the prompt: message_start's own count
+
+
+def test_a_big_document_counts_in_full_for_routing(client: anthropic.Anthropic, anth: FakeAnthropicUpstream) -> None:
+    # The chat view holds what it cannot translate as text of its size: the context filter sees it all.
+    big = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "word " * 20_000}}
+    request: dict[str, Any] = {"max_tokens": 64, "messages": [{"role": "user", "content": [big, {"type": "text", "text": "Summarise"}]}]}
+    with pytest.raises(anthropic.APIStatusError) as refused:
+        client.messages.create(model="claude-small", **request)
+    assert refused.value.status_code == 400 and "context" in refused.value.message and anth.requests == []
+    small = {**request, "messages": [{"role": "user", "content": [DOCUMENT, {"type": "text", "text": "Summarise"}]}]}
+    assert client.messages.create(model="claude-small", **small).content

@@ -55,6 +55,7 @@ def settings(url: str, **overrides: Any) -> Settings:
             _dep("native-usage", "gpt-usage"),
             _dep("native-429", "n@status:429;retry-after=0"),
             _dep("native-cut", "n@cut:5"),
+            _dep("native-cut-late", "n@cut:12"),
             _dep("native-error-event", "n@error-event:5"),
             # Listed first, so tried first: a failing native endpoint, then a translating one.
             {**_dep("mixed", "n@status:500"), "id": "mixed-native"},
@@ -255,6 +256,18 @@ def test_a_native_stream_cut_midway_raises_and_is_not_stored(client: openai.Open
     assert "response.created" in types and "response.output_text.delta" in types and "response.completed" not in types
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(seen[0].response.id)
+
+
+def test_a_native_stream_cut_is_charged_for_the_output_relayed(client: openai.OpenAI, gateway: GatewayServer) -> None:
+    # Usage comes only in the terminal event: until then the deltas relayed are counted for an estimate.
+    deltas: list[str] = []
+    with pytest.raises(openai.APIError):
+        with client.responses.stream(
+            model="native-cut-late", input="one two three four five six seven eight nine ten"
+        ) as stream:
+            deltas.extend(e.delta for e in stream if e.type == "response.output_text.delta")
+    assert len(deltas) >= 3
+    assert _tokens(gateway, "fake/native-cut-late", 1)["completion"] >= len(deltas)
 
 
 def test_a_native_chain_across_two_replicas(

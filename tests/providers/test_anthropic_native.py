@@ -62,7 +62,9 @@ def test_events_pass_unchanged_and_usage_is_gathered() -> None:
     end = b'{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}'
     first = stream.feed("message_start", start)
     assert first.payloads == [b"event: message_start\ndata: " + start + b"\n\n"] and not first.done
-    assert first.usage is not None and (first.usage.prompt_tokens, first.usage.completion_tokens) == (14, 1)
+    # The prompt's count only: the output is not known (nor charged) before message_delta.
+    assert first.usage is None and first.prompt_usage is not None
+    assert (first.prompt_usage.prompt_tokens, first.prompt_usage.completion_tokens) == (14, 0)
     assert stream.feed("content_block_delta", delta).payloads == [b"event: content_block_delta\ndata: " + delta + b"\n\n"]
     assert stream.feed(None, b'{"type":"ping"}').payloads == [b'event: ping\ndata: {"type":"ping"}\n\n']  # named from its type
     assert stream.feed("message_delta", end).usage is not None
@@ -75,3 +77,25 @@ def test_an_error_event_fails_the_stream() -> None:
     stream = AnthropicAdapter().native_stream(TARGET, "messages")
     with pytest.raises(ProviderStreamError, match="overloaded_error"):
         stream.feed("error", b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}')
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}', "overloaded_error"),
+        (b'{"type": "error", "error": {"type": "api_error", "message": "boom"}}', "api_error"),
+        (b"{not json", "an invalid stream event"),
+    ],
+)
+def test_an_event_named_opaque_is_read_by_its_datas_type(data: bytes, match: str) -> None:
+    # SDKs take an event's type from its data: an `event:` name never lets another type pass unread.
+    stream = AnthropicAdapter().native_stream(TARGET, "messages")
+    with pytest.raises(ProviderStreamError, match=match):
+        stream.feed("content_block_delta", data)
+
+
+def test_an_opaque_event_whose_data_says_another_type_is_relayed_under_that_type() -> None:
+    stream = AnthropicAdapter().native_stream(TARGET, "messages")
+    start = json.dumps({"type": "message_start", "message": {"id": "msg_1", "usage": USAGE}}).encode()
+    chunk = stream.feed("ping", start)
+    assert chunk.payloads == [b"event: message_start\ndata: " + start + b"\n\n"] and chunk.prompt_usage is not None

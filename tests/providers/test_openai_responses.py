@@ -76,3 +76,14 @@ def test_the_stream_passes_events_as_they_came_and_ends_at_the_terminal_one() ->
 def test_an_error_event_or_a_broken_one_fails_the_stream(event: str | None, data: bytes, match: str) -> None:
     with pytest.raises(ProviderStreamError, match=match):
         OpenAICompatAdapter().native_stream(TARGET, "responses").feed(event, data)
+
+
+def test_an_event_named_opaque_is_read_by_its_datas_type() -> None:
+    # SDKs take an event's type from its data: `event: response.output_text.delta` cannot carry a
+    # response.completed past the gateway (which owns the response's id) unread.
+    stream = OpenAICompatAdapter().native_stream(TARGET, "responses")
+    forged = _event("response.completed", response={"id": "resp_victim", "usage": USAGE})
+    chunk = stream.feed("response.output_text.delta", forged)
+    assert chunk.done and chunk.payloads == [b"event: response.completed\ndata: " + forged + b"\n\n"]
+    with pytest.raises(ProviderStreamError, match="boom"):
+        stream.feed("response.output_text.delta", _event("error", code="server_error", message="boom"))

@@ -97,6 +97,7 @@ def counting() -> Iterator[tuple[TestClient, MockHTTPClient]]:
         ],
         deployments=[
             {"model": "local", "provider": "engine", "upstream_model": "smollm2"},
+            {"model": "native-local", "provider": "engine", "upstream_model": "smollm2", "native": ["messages"]},
             {"model": "old-local", "provider": "old", "upstream_model": "smollm2"},
             {"model": "remote", "provider": "cloud", "upstream_model": "gpt"},
             {"model": "us-only", "provider": "us-engine", "upstream_model": "smollm2"},
@@ -193,3 +194,78 @@ def test_count_tokens_skips_a_demoted_endpoint(counting: tuple[TestClient, MockH
     assert raw.parse().input_tokens == estimate(COUNT)
     assert "endpoint engine/local ruled out (health_demoted)" in raw.headers["x-gateway-token-count"]
     assert sent_to(client, "http://engine.test") == []
+
+
+TWO_CALLS = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "smollm2",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "tool_calls",
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": f"call_{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in (1, 2)
+                ],
+            },
+        }
+    ],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11},
+}
+MESSAGE = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "model": "smollm2",
+    "content": [{"type": "text", "text": "hi"}],
+    "stop_reason": "end_turn",
+    "stop_sequence": None,
+    "usage": {"input_tokens": 5, "output_tokens": 1},
+}
+
+
+def test_llama_server_is_sent_a_single_call_request_translated_not_as_is() -> None:
+    # llama-server ignores disable_parallel_tool_use on /v1/messages: the adapter declines such a body,
+    # and the translation (parallel_tool_calls: false, the first call kept) holds the answer to one call.
+    def engine(request: UpstreamRequest) -> MockResponse:
+        answer = MESSAGE if request.url.endswith("/messages") else TWO_CALLS
+        return MockResponse(200, {"content-type": "application/json"}, json.dumps(answer).encode())
+
+    config = load_config(
+        environ={},
+        auth={"keys": [{"name": "k", "key": KEY}]},
+        providers=[{"name": "engine", "kind": "llamacpp", "base_url": "http://engine.test:8001/v1"}],
+        deployments=[{"model": "local", "provider": "engine", "upstream_model": "smollm2", "native": ["messages"]}],
+    )
+    client = MockHTTPClient(engine)
+    tools = [{"name": "f", "input_schema": {"type": "object"}}]
+    hello = [{"role": "user", "content": "hi"}]
+    with TestClient(create_app(config, client_factory=lambda: client)) as http:
+        sdk = anthropic_sdk(http)
+        single = sdk.messages.create(
+            model="local",
+            max_tokens=8,
+            messages=hello,  # type: ignore[arg-type]
+            tools=tools,  # type: ignore[arg-type]
+            tool_choice={"type": "auto", "disable_parallel_tool_use": True},
+        )
+        assert [b.type for b in single.content] == ["tool_use"]
+        assert client.requests[-1].url.endswith("/chat/completions")
+        assert json.loads(client.requests[-1].body)["parallel_tool_calls"] is False
+        sdk.messages.create(model="local", max_tokens=8, messages=hello, tools=tools)  # type: ignore[arg-type]
+        assert client.requests[-1].url.endswith("/messages")  # otherwise as is
+
+
+def test_count_tokens_counts_what_messages_would_pass_through(sdk: anthropic.Anthropic) -> None:
+    # A document chat cannot carry: counted (the estimate of the chat view holding it as text) where
+    # /v1/messages would take it as is, refused where it would be refused.
+    document = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "word " * 2000}}
+    messages = [{"role": "user", "content": [document, {"type": "text", "text": "Summarise"}]}]
+    raw = sdk.messages.with_raw_response.count_tokens(model="native-local", messages=messages)  # type: ignore[arg-type]
+    assert raw.parse().input_tokens > 2000 and raw.headers["x-gateway-token-count"].startswith("estimate;")
+    with pytest.raises(anthropic.BadRequestError, match="document"):
+        sdk.messages.count_tokens(model="local", messages=messages)  # type: ignore[arg-type]

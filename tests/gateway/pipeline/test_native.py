@@ -47,3 +47,22 @@ def test_the_gateways_own_fields_stay_behind() -> None:
 def test_passthrough_framing_adds_nothing() -> None:
     events = [b"event: ping\ndata: {}\n\n", b"event: message_stop\ndata: {}\n\n"]
     assert native.PASSTHROUGH.frame(events) == b"".join(events) and native.PASSTHROUGH.end() == b""
+
+
+def _llama():  # type: ignore[no-untyped-def]
+    settings = load_config(
+        providers=[{"name": "l", "kind": "llamacpp", "base_url": "http://127.0.0.1:9/v1"}],
+        deployments=[{"model": "m", "provider": "l", "native": ["messages"]}],
+    )
+    return endpoints_from_settings(settings)[0]
+
+
+def test_an_adapter_may_decline_a_body_that_is_then_translated() -> None:
+    # llama-server ignores disable_parallel_tool_use: only the translation keeps its answer to one call.
+    llama = _llama()
+    ctx = RequestContext(request_id="r", op="chat", started=0.0, api="messages")
+    tools = {"tools": [{"name": "f", "input_schema": {"type": "object"}}]}
+    ctx.native = NativeRequest.of("messages", {**BODY, **tools, "tool_choice": {"type": "auto", "disable_parallel_tool_use": True}}, {})
+    assert not native.takes(ctx, llama) and not native.passes(ctx.native, llama)
+    ctx.native = NativeRequest.of("messages", {**BODY, **tools, "tool_choice": {"type": "auto", "disable_parallel_tool_use": False}}, {})
+    assert native.takes(ctx, llama)

@@ -239,11 +239,20 @@ def test_the_carried_view_leaves_out_what_chat_refuses_and_nothing_else() -> Non
         to_chat(raw)
     view = to_chat(carried(raw)).body
     assert [t["function"]["name"] for t in view["tools"]] == ["get_weather"] and "tool_choice" not in view
-    assert view["messages"] == [
-        {"role": "user", "content": ""},
-        {"role": "assistant", "content": "ok"},
-        {"role": "user", "content": "and?"},
+    # What chat cannot hold stays as text of its size: the prompt estimate remains an upper bound.
+    doc, tool_use = json.dumps(document, separators=(",", ":")), json.dumps(raw["messages"][1]["content"][0], separators=(",", ":"))
+    assert [(m["role"], m["content"]) for m in view["messages"]] == [
+        ("user", doc),
+        ("assistant", tool_use + "ok"),
+        ("user", "and?\n" + doc),
     ]
     assert carried(body(tools=[TOOL], tool_choice={"type": "any"})) == body(tools=[TOOL], tool_choice={"type": "any"})
     with pytest.raises(InvalidRequest, match="max_tokens"):  # malformed input is still refused
         to_chat(carried({**raw, "max_tokens": "many"}))
+
+
+def test_a_big_document_keeps_the_carried_views_prompt_as_big() -> None:
+    data = "QUJD" * 240_000  # 960 kB of base64
+    document = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": data}}
+    view = to_chat(carried(body(messages=[{"role": "user", "content": [document, {"type": "text", "text": "Summarise"}]}]))).body
+    assert len(json.dumps(view["messages"])) > len(data)

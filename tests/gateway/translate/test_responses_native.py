@@ -3,6 +3,7 @@ the gateway's part of the answer, and the chat view of what the translation refu
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from gateway.translate.responses_native import carried, items_from_chat, own, upstream_body
@@ -80,6 +81,13 @@ def test_the_answer_carries_the_gateways_id_model_store_and_chain() -> None:
     }
 
 
+def test_a_big_file_keeps_the_chat_views_prompt_as_big() -> None:
+    data = "data:application/pdf;base64," + "QUJD" * 240_000
+    file = {"type": "input_file", "filename": "a.pdf", "file_data": data}
+    view = translate(carried({"model": "m", "input": [{"role": "user", "content": [file, {"type": "input_text", "text": "Sum up"}]}]}))
+    assert len(json.dumps(view.body["messages"])) > len(data)
+
+
 def test_the_chat_view_leaves_out_what_the_translation_refuses() -> None:
     body = {
         "model": "m",
@@ -102,9 +110,12 @@ def test_the_chat_view_leaves_out_what_the_translation_refuses() -> None:
         and "tool_choice" not in view
         and "max_tool_calls" not in view
     )
-    assert [i["type"] for i in view["input"]] == ["message", "reasoning"]
-    chat = translate(view)  # accepted now
-    assert chat.body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    assert [i["type"] for i in view["input"]] == ["message", "message", "reasoning"]
+    chat = translate(view)  # accepted now, what it cannot hold as text of its size (an upper bound for the estimate)
+    assert chat.body["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "text", "text": '{"type":"input_file","file_id":"f"}'}]},
+        {"role": "user", "content": [{"type": "text", "text": '{"type":"web_search_call","id":"ws_1","status":"completed"}'}]},
+    ]
     assert (
         carried({"model": "m", "input": "x", "tools": [{"type": "web_search"}], "tool_choice": "required"}).get(
             "tool_choice"
