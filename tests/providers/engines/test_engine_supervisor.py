@@ -168,14 +168,33 @@ async def test_a_replica_that_stops_answering_is_restarted(tmp_path: Path) -> No
         await sup.stop()
 
 
+def fake_start_s() -> float:
+    """How long the fake engine takes here from spawn to its first answer (a loaded CI machine
+    once took more than a fixed 0.2 s: the first start failed before the test began)."""
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    began = time.monotonic()
+    engine = subprocess.Popen([sys.executable, str(FAKE_ENGINE), str(port), "serve"], stdout=subprocess.DEVNULL)
+    try:
+        while not _answers(port):
+            assert engine.poll() is None and time.monotonic() - began < 60, "the fake engine did not start"
+            time.sleep(0.01)
+        return time.monotonic() - began
+    finally:
+        engine.kill()
+        engine.wait()
+
+
 async def test_failed_restarts_back_off_exponentially(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     sick = tmp_path / "sick"
-    cfg = config(ready_timeout=0.2, restart_backoff_initial=0.05, restart_backoff_max=0.2)
+    # Each failed restart waits ready_timeout: short keeps the test short, above the start time here.
+    ready_timeout = max(0.2, 5 * await asyncio.to_thread(fake_start_s))
+    cfg = config(ready_timeout=ready_timeout, restart_backoff_initial=0.05, restart_backoff_max=0.2)
     sup = supervisor(cfg, fake_kinds("flaky", sick), unhealthy_after=1)
     await sup.start()
     try:
         sick.touch()
-        await eventually(lambda: sup.replicas[0].restarts >= 4)
+        await eventually(lambda: sup.replicas[0].restarts >= 4, timeout=10 + 5 * ready_timeout)
         delays = [r.getMessage().rsplit(" ", 1)[1] for r in caplog.records if "restarting in" in r.getMessage()]
         assert delays[:4] == ["0.05s", "0.1s", "0.2s", "0.2s"]  # doubling, capped at restart_backoff_max
         assert sup.replicas[0].state == "restarting"
