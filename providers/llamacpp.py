@@ -42,7 +42,8 @@ Anthropic names them, usage with ``cache_read_input_tokens``): a deployment or e
 ``native: [messages]`` gets a Messages request as the client sent it (`NativeAdapter`), with only
 the sampling defaults set where the client left them (Anthropic's are OpenAI's: temperature 1, no
 top-p, top-k or min-p cut), and its answer or events back as they are. Its message ids then read
-``chatcmpl-...`` (llama.cpp's), not ``msg_...``.
+``chatcmpl-...`` (llama.cpp's), not ``msg_...``. It sometimes leaves out the stream's ``message_start``:
+one is put first then (`MessagesStream`).
 
 Its `/v1/responses` is not taken as is (``native: [responses]`` is refused for this kind): its
 events lack the `sequence_number`, `output_index` and `content_index` that the SDKs' stream
@@ -51,6 +52,7 @@ helpers index by, so Responses requests to llama-server are translated to chat.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -60,7 +62,7 @@ import orjson
 from kernel.errors import ProviderServerError
 from kernel.values import Operation
 from providers import anthropic_native
-from providers.base import ParsedBody, Target, UpstreamRequest
+from providers.base import ParsedBody, ParsedChunk, Target, UpstreamRequest
 from providers.openai_compat import OpenAICompatAdapter, OpenAIStreamTranslator
 
 _CALL_ID_PREFIX = "call_"
@@ -156,7 +158,7 @@ class LlamaCppAdapter(OpenAICompatAdapter):
         return anthropic_native.parse_native(target, body)
 
     def native_stream(self, target: Target, api: str) -> anthropic_native.NativeStream:
-        return anthropic_native.NativeStream(target)
+        return MessagesStream(target)
 
     def stream_translator(self, target: Target, op: Operation, body: dict[str, Any]) -> OpenAIStreamTranslator:
         translator = super().stream_translator(target, op, body)
@@ -205,6 +207,31 @@ def _field(target: Target, answer: bytes | None, name: str, kind: type) -> Any:
             f"upstream {target.endpoint_id} answered a count without a `{name}` ({kind.__name__})", endpoint=target.endpoint_id
         )
     return value
+
+
+class MessagesStream(anthropic_native.NativeStream):
+    """llama-server's own Messages events, as they are, but never without a beginning: it sometimes
+    leaves out `message_start` (measured: 1 of 30 short streams straight from the engine), and an
+    SDK then has no message to add the deltas to (anthropic's `get_final_message` fails). One is
+    put first then, with an id of the gateway's and no usage (the engine's prompt count is lost)."""
+
+    def __init__(self, target: Target) -> None:
+        super().__init__(target)
+        self._begun = False
+
+    def feed(self, event: str | None, data: bytes) -> ParsedChunk:
+        chunk = super().feed(event, data)
+        if self._begun or not chunk.payloads:
+            return chunk
+        self._begun = True
+        if chunk.payloads[0].startswith(b"event: message_start\n"):
+            return chunk
+        start = {"type": "message_start", "message": {
+            "id": "msg_" + secrets.token_hex(12), "type": "message", "role": "assistant", "content": [],
+            "model": self._target.upstream_model, "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0}}}
+        opening = b"event: message_start\ndata: " + orjson.dumps(start) + b"\n\n"
+        return replace(chunk, payloads=[opening, *chunk.payloads])
 
 
 def _items(value: Any) -> list[dict[str, Any]]:

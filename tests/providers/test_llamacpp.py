@@ -526,3 +526,22 @@ def test_a_passed_through_message_is_parsed_for_its_usage_only() -> None:
     assert parsed.body == raw  # byte for byte
     assert parsed.usage is not None and parsed.usage.prompt_tokens == 32 and parsed.usage.cached_tokens == 31
     assert parsed.usage.completion_tokens == 2
+
+
+def _events(stream: Any, events: list[dict[str, Any]]) -> list[bytes]:
+    return [p for e in events for p in stream.feed(e["type"], orjson.dumps(e)).payloads]
+
+
+def test_a_passed_through_stream_without_message_start_gets_one_first() -> None:
+    # llama-server sometimes leaves it out (1 of 30 short streams): an SDK then has nothing to add to.
+    block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+    delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}}
+    out = _events(ADAPTER.native_stream(TARGET, "messages"), [block, delta])
+    assert len(out) == 3 and out[0].startswith(b"event: message_start\ndata: ")
+    start = orjson.loads(out[0].split(b"data: ", 1)[1])
+    assert start["message"]["id"].startswith("msg_") and start["message"]["content"] == []
+    assert out[1].startswith(b"event: content_block_start") and out[2].startswith(b"event: content_block_delta")
+    begun = {"type": "message_start", "message": {"id": "chatcmpl-1", "type": "message", "role": "assistant",
+                                                  "content": [], "usage": {"input_tokens": 3, "output_tokens": 0}}}
+    kept = _events(ADAPTER.native_stream(TARGET, "messages"), [begun, block, delta])
+    assert len(kept) == 3 and b"chatcmpl-1" in kept[0]  # a stream that has one is left as it is
