@@ -92,6 +92,14 @@ FAULTY = (
     Kind("logit noise sigma 0.3", "logit noise", fault={"logit_noise": 0.3}),
 )
 QUICK = (HONEST[0], HONEST[2], FAULTY[0], FAULTY[2])
+# Blind sets: each is drilled on its own, every endpoint of a set audited with the same probes.
+# `weights`: the faults in the model's distribution, with the probes meant for them (the issue's
+# audit command); `behaviour`: tool calls, prompt truncation and loops, with the probes for those.
+SETS: Mapping[str, tuple[tuple[Kind, ...], str]] = {
+    "weights": (HONEST + FAULTY[:3] + FAULTY[6:], "logprob_drift,fidelity"),
+    "behaviour": ((HONEST[2], HONEST[0], *FAULTY[3:6]), "sentinels,toolcalls"),
+    "all": (HONEST + FAULTY, PROBES),
+}
 
 
 @dataclass
@@ -191,6 +199,7 @@ def record(e: Endpoint, run: dict[str, Any], seconds: float) -> dict[str, Any]:
         "transitions": [f"{t['from']}->{t['to']}: {t['reason']}" for t in run["transitions"]],
         "template": (run.get("template") or {}).get("status"),
         "failed": sorted({r["probe"] for r in results if r["verdict"] == "fail"}),
+        "no_verdict": sorted({r["probe"] for r in results if r["verdict"] not in ("pass", "fail")}),
         "results": results,
         "seconds": round(seconds, 1),
         "tokens": run.get("tokens"),
@@ -240,6 +249,8 @@ def by_class(rows: Sequence[Mapping[str, Any]]) -> str:
             for p in r["failed"]:
                 failed[p] = failed.get(p, 0) + 1
         shown = ", ".join(f"{p} ({n})" for p, n in sorted(failed.items())) or "-"
+        none = sorted({p for r in mine for p in r.get("no_verdict", [])})
+        shown += f"; no verdict: {', '.join(none)}" if none else ""
         secs = ", ".join(f"{r['seconds']:.0f}" for r in mine)
         lines.append(f"| {kind} | {len(mine)} | {states} | {shown} | {secs} |")
     return "\n".join(lines)
@@ -248,6 +259,7 @@ def by_class(rows: Sequence[Mapping[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--set", choices=sorted(SETS), default="weights", help="which endpoints (default %(default)s)")
     parser.add_argument("--quick", action="store_true", help=f"4 endpoints, probes {QUICK_PROBES}")
     parser.add_argument("--probes", help=f"the audit's probes (default {PROBES})")
     parser.add_argument("--full", action="store_true", help="the probes' default sample sizes (DRILL_PROBES otherwise)")
@@ -261,8 +273,8 @@ def main() -> None:
         seeds = " ".join(str(s) for s in sorted({r["seed"] for r in pooled}))
         print(f"### pooled over seeds {seeds}\n\n{confusion(pooled)}\n\n{by_class(pooled)}")
         return
-    kinds = QUICK if args.quick else HONEST + FAULTY
-    probes = args.probes or (QUICK_PROBES if args.quick else PROBES)
+    kinds, probes = (QUICK, QUICK_PROBES) if args.quick else SETS[args.set]
+    probes = args.probes or probes
     sizes = {} if args.full else DRILL_PROBES
     print(f"endpoints: {len(kinds)} ({sum(k.fault_class is None for k in kinds)} honest); probes: {probes}; "
           f"sizes: {json.dumps(sizes) if sizes else 'defaults'}")  # fmt: skip
