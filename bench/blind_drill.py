@@ -12,7 +12,13 @@ llama-cpp-python's `Llama` through the testbed (its own logits, numpy log-softma
 which also serves every fault. Faults are the testbed's (probes/testbed/faults.py).
 
     nice -n 10 .venv/bin/python bench/blind_drill.py --quick --seeds 0     # a few endpoints
-    nice -n 10 .venv/bin/python bench/blind_drill.py --seeds 0 1 2 --json drill.json
+    nice -n 10 .venv/bin/python bench/blind_drill.py --set weights --seeds 0 1 2 --json w.json
+    nice -n 10 .venv/bin/python bench/blind_drill.py --set behaviour --seeds 0 --json b.json
+    .venv/bin/python bench/blind_drill.py --report w.json b.json            # pool saved runs
+
+Sets (`SETS`): `weights` (honest engines and the distribution faults, drift + fidelity), `behaviour`
+(two honest engines, tool corruption, truncation, loops; sentinels + toolcalls), `all` (every
+endpoint, all four probes: about 4-9 minutes an audit here).
 
 Prints per seed and pooled the confusion matrix (honest/faulty x healthy/suspect/demoted), the
 detection of each fault class (state after the audit, and which probes failed), and the wall time
