@@ -40,11 +40,15 @@ def test_text_stream_and_continuation(client: openai.OpenAI) -> None:
 
 
 def test_tool_call_and_output_round_trip(client: openai.OpenAI) -> None:
+    # One call, greedy: sampled, SmolLM2 often follows its call with more until max_output_tokens, and
+    # llama-server answers a later call cut there with a 500 ("Failed to parse tool call arguments";
+    # 1 of 3 runs here, and in CI).
     asked = client.responses.create(
-        model=MODEL, input="What is the weather in Paris?", tools=TOOLS, tool_choice="required", max_output_tokens=200
+        model=MODEL, input="What is the weather in Paris?", tools=TOOLS, tool_choice="required", max_output_tokens=200,
+        parallel_tool_calls=False, temperature=0,
     )
     calls = [o for o in asked.output if o.type == "function_call"]
-    assert calls and calls[0].name == "get_weather"
+    assert len(calls) == 1 and calls[0].name == "get_weather"
     args = json.loads(calls[0].arguments)
     assert isinstance(args.get("city"), str)
     answer = client.responses.create(
