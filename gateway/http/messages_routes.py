@@ -36,7 +36,7 @@ from gateway.http.openai_routes import (
 )
 from gateway.pipeline.context import NativeRequest, RequestContext
 from gateway.pipeline.count import count_prompt, counting_endpoint
-from gateway.pipeline.native import PASSTHROUGH, passes
+from gateway.pipeline.native import PASSTHROUGH, native_only
 from gateway.pipeline.outcome import Completed
 from gateway.pipeline.resolve import resolve
 from gateway.pipeline.stream import Framing
@@ -107,15 +107,6 @@ def _chat_view(body: dict[str, Any], *, counting: bool = False) -> tuple[ChatReq
             raise exc from None
 
 
-def _native_only(
-    candidates: tuple[Endpoint, ...], refused: UnsupportedParameter, request: NativeRequest | None
-) -> tuple[Endpoint, ...]:
-    kept = tuple(ep for ep in candidates if passes(request, ep))
-    if not kept:
-        raise refused
-    return kept
-
-
 def _native(scope: Scope, body: dict[str, Any]) -> NativeRequest:
     headers = {name.decode(): value for name in NATIVE_HEADERS if (value := _header(scope, name))}
     return NativeRequest.of("messages", body, headers)
@@ -151,7 +142,7 @@ class MessagesEndpoint(InferenceEndpoint):
             if any("messages" in ep.deployment.native for ep in candidates):  # else nothing passes through
                 ctx.native = _native(scope, body)
             if refused is not None:
-                candidates = _native_only(candidates, refused, ctx.native)
+                candidates = native_only(candidates, refused, ctx.native)
             result = await _until_disconnect(receive, _route_and_dispatch(state, ctx, candidates))
         except ClientGone:
             account_gone(state, ctx)
@@ -211,7 +202,7 @@ async def _count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
         request, refused = _chat_view(raw, counting=True)
         candidates = resolve(state.catalog, "chat", request.model, request.body)  # an unknown model is a 404
         if refused is not None:  # counted as /v1/messages would route it: only where it passes as is
-            candidates = _native_only(candidates, refused, NativeRequest.of("messages", raw, {}))
+            candidates = native_only(candidates, refused, NativeRequest.of("messages", raw, {}))
         if state.limits is not None:  # the key's allowed models and rpm bind counting too
             ctx.model = request.model
             state.limits.check(ctx)

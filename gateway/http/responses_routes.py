@@ -27,7 +27,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.catalog import Endpoint
 from gateway.http.errors import error_body
 from gateway.http.openai_routes import (
     ClientGone,
@@ -44,7 +43,7 @@ from gateway.http.openai_routes import (
 from gateway.pipeline import responses as stage
 from gateway.pipeline import responses_native as native_stage
 from gateway.pipeline.context import NativeRequest, RequestContext
-from gateway.pipeline.native import passes
+from gateway.pipeline.native import native_only
 from gateway.pipeline.outcome import Completed, Streaming
 from gateway.pipeline.resolve import resolve
 from gateway.pipeline.stream import CHAT, Framing
@@ -97,15 +96,6 @@ def _chat_view(raw: dict[str, Any], history: list[dict[str, Any]]) -> tuple[Chat
             raise exc from None
 
 
-def _native_only(
-    candidates: tuple[Endpoint, ...], refused: UnsupportedParameter, request: NativeRequest | None
-) -> tuple[Endpoint, ...]:
-    kept = tuple(ep for ep in candidates if passes(request, ep))
-    if not kept:
-        raise refused
-    return kept
-
-
 class ResponsesEndpoint:
     """`POST /v1/responses` as a raw ASGI app, like the chat endpoint it builds on."""
 
@@ -145,7 +135,7 @@ class ResponsesEndpoint:
                 ctx.native = NativeRequest.of(NATIVE, upstream_body(raw, before), {})
                 turn.items = [*(before or ()), *turn_items(raw.get("input"))]
             if refused is not None:
-                candidates = _native_only(candidates, refused, ctx.native)
+                candidates = native_only(candidates, refused, ctx.native)
             result = await _until_disconnect(receive, _route_and_dispatch(state, ctx, candidates))
             if isinstance(result, Completed):
                 finish = native_stage.complete if result.native else stage.complete

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gateway.pipeline.context import NativeRequest, RequestContext
+from kernel.errors import GatewayError
 from providers.base import NativeAdapter, ParsedBody, StreamTranslator, UpstreamRequest
 from providers.call import open_call
 from providers.http import HTTPClient, Timeouts
@@ -30,6 +31,16 @@ def passes(native: NativeRequest | None, endpoint: Endpoint) -> bool:
     adapter = endpoint.adapter
     assert isinstance(adapter, NativeAdapter)  # the catalog checked it (`gateway.catalog`)
     return adapter.takes_natively(native.api, native.body)
+
+
+def native_only(
+    candidates: tuple[Endpoint, ...], refused: GatewayError, native: NativeRequest | None
+) -> tuple[Endpoint, ...]:
+    """The candidates that take the request as is; `refused` (why translating it failed) when none do."""
+    kept = tuple(ep for ep in candidates if passes(native, ep))
+    if not kept:
+        raise refused
+    return kept
 
 
 def _adapter(ctx: RequestContext, endpoint: Endpoint) -> tuple[NativeRequest, NativeAdapter] | None:
