@@ -36,6 +36,11 @@ class StoreError(Exception):
 
 
 class BatchStore(Protocol):
+    async def open(self) -> None:
+        """Start what writes need (the worker process) now, so the first write does not pay for it:
+        that write may come at shutdown, inside the flush budget."""
+        ...
+
     async def write(self, batch: Sequence[Stamped]) -> Sequence[Stamped]: ...
 
     async def replay(self, spill: SpillFile, batch_size: int) -> tuple[int, int]:
@@ -50,6 +55,9 @@ class ThreadStore:
         self._write = write
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-db-writer")
 
+    async def open(self) -> None:
+        pass
+
     async def write(self, batch: Sequence[Stamped]) -> Sequence[Stamped]:
         return await asyncio.get_running_loop().run_in_executor(self._thread, self._write, batch)
 
@@ -63,13 +71,18 @@ class ThreadStore:
 
 
 class ProcessStore:
-    """One worker process, started on first use and again after it dies; one call at a time."""
+    """One worker process, started by `open` (else on first use) and again after it dies; one call at a time."""
 
     def __init__(self, database: DatabaseConfig) -> None:
         self._config = database.model_dump_json()
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
         self._killed: list[asyncio.subprocess.Process] = []  # discarded workers, reaped at close
+
+    async def open(self) -> None:
+        # The worker imports SQLAlchemy and the driver on its own: it gets ready while this serves.
+        async with self._lock:
+            await self._started()
 
     async def write(self, batch: Sequence[Stamped]) -> Sequence[Stamped]:
         reply = await self._call({"op": "write", "rows": [encode_row(at, r) for at, r in batch]})

@@ -184,6 +184,10 @@ class RecordWriter:
             log.info("persistence: %d request record(s) spilled to %s at shutdown", len(left), self._spill.path)
 
     async def _run(self) -> None:
+        try:
+            await self._store.open()
+        except Exception as exc:  # the first write starts it again
+            self._failed(exc)
         delay = self._cfg.retry_initial
         while not self._stop.is_set():
             await self._wait(self._queue.ready, self._cfg.flush_interval)

@@ -62,6 +62,15 @@ async def test_replay_through_the_worker(store: ProcessStore, engine: Engine, tm
     assert stored(engine) == [f"s{i}" for i in range(7)]
 
 
+async def test_open_starts_the_worker_before_any_write(store: ProcessStore, engine: Engine) -> None:
+    await store.open()
+    proc = store._proc  # noqa: SLF001 - the process open started
+    assert proc is not None and proc.returncode is None
+    await store.write([(time.time(), record("after-open"))])
+    assert store._proc is proc  # noqa: SLF001 - the first write used it
+    assert stored(engine) == ["after-open"]
+
+
 async def test_a_dead_worker_is_replaced(store: ProcessStore, engine: Engine) -> None:
     await store.write([(time.time(), record("first"))])
     proc = store._proc  # noqa: SLF001 - the test kills it

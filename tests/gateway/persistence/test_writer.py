@@ -314,3 +314,49 @@ async def test_a_stalled_write_counts_as_down_and_is_retried(tmp_path: Path) -> 
     assert store.rows == ["r0"]
     release.set()
     await writer.aclose()
+
+
+class SlowStartStore:
+    """A store whose first use starts something slow (the worker process's imports, under load)."""
+
+    def __init__(self, start_seconds: float) -> None:
+        self.start_seconds = start_seconds
+        self.rows: list[str] = []
+        self._started: asyncio.Task[None] | None = None
+
+    async def open(self) -> None:
+        await self._start()
+
+    async def _start(self) -> None:
+        if self._started is None:
+            self._started = asyncio.ensure_future(asyncio.sleep(self.start_seconds))
+        await asyncio.shield(self._started)
+
+    async def write(self, batch: Sequence[Stamped]) -> Sequence[Stamped]:
+        await self._start()
+        self.rows.extend(r.request_id for _, r in batch)
+        return []
+
+    async def replay(self, spill: SpillFile, batch_size: int) -> tuple[int, int]:
+        return 0, 0
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_the_store_starts_with_the_writer_not_at_the_first_write(tmp_path: Path) -> None:
+    # The first write came at shutdown (no batch or interval reached), so the worker's start ate the
+    # flush budget and every record was spilled (5 s of imports on a loaded machine).
+    store = SlowStartStore(start_seconds=0.5)
+    config = PersistenceConfig(  # type: ignore[call-arg]
+        flush_interval=3600, batch_size=1000, shutdown_timeout=0.3, spill_path=str(tmp_path / "spill.jsonl"))
+    stats = WriterStats()
+    spill = SpillFile(config.spill_path, config.spill_max_bytes)
+    queue = RecordQueue(config.queue_size, config.batch_size, spill, stats, wall=lambda: 1000.0)
+    writer = RecordWriter(queue, spill, store, config, stats)
+    writer.start()
+    for i in range(3):
+        queue.submit(record(f"r{i}"))
+    await asyncio.sleep(0.7)  # serving for longer than the store takes to start
+    await writer.aclose()
+    assert store.rows == ["r0", "r1", "r2"] and stats.written == 3
