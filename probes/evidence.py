@@ -26,13 +26,18 @@ class EvidenceState:
     clean_rounds: int = 0
     # The probes whose alarms made the endpoint suspect: what the confirmatory round re-runs.
     suspects: tuple[str, ...] = ()
-    # Probes whose e-CUSUM run (since it last fell to 1) holds a failure on their own grounds
-    # (probes.base.Grounds); the others' alarms rest on reference disagreement alone.
-    grounded: tuple[str, ...] = ()
+    # The same e-CUSUM on the endpoint's own grounds alone (probes.base.Grounds): a window that fails
+    # against the reference only steps it as a passing window would. A run that one chance failure
+    # started and reference failures carried fades here, so it never counts as independent evidence.
+    own: Mapping[str, float] = field(default_factory=dict)
     # Availability evidence: upstream errors seen while probing (never quality evidence).
     errors: int = 0
     last_error: str = ""
     updated: float = 0.0
+
+    def grounded(self, probe: str) -> bool:
+        """Whether the probe's own-grounds run is under way (holds failures not yet washed out)."""
+        return self.own.get(probe, 0.0) > 1.0
 
     @property
     def peak(self) -> float:
@@ -40,7 +45,7 @@ class EvidenceState:
 
     def reset(self) -> EvidenceState:
         """Forget the quality evidence (after a confirmatory pass, or on entering probation)."""
-        return replace(self, cusum={}, clean_rounds=0, suspects=(), grounded=())
+        return replace(self, cusum={}, own={}, clean_rounds=0, suspects=())
 
     def to_json(self) -> str:
         return json.dumps(
@@ -48,7 +53,7 @@ class EvidenceState:
                 "cusum": dict(self.cusum),
                 "clean_rounds": self.clean_rounds,
                 "suspects": list(self.suspects),
-                "grounded": list(self.grounded),
+                "own": dict(self.own),
                 "errors": self.errors,
                 "last_error": self.last_error,
                 "updated": self.updated,
@@ -63,7 +68,8 @@ class EvidenceState:
             cusum={str(k): float(v) for k, v in (data.get("cusum") or {}).items()},
             clean_rounds=int(data.get("clean_rounds", 0)),
             suspects=tuple(str(s) for s in data.get("suspects") or ()),
-            grounded=tuple(str(s) for s in data.get("grounded") or ()),
+            # A state stored before "own" existed starts its own-grounds runs afresh.
+            own={str(k): float(v) for k, v in (data.get("own") or {}).items()},
             errors=int(data.get("errors", 0)),
             last_error=str(data.get("last_error", "")),
             updated=float(data.get("updated", 0.0)),

@@ -11,7 +11,8 @@ Self-history first: a failure that rests on disagreement with the reference engi
 (`ProbeResult.grounds == "reference"`: another correct engine fails it too) may raise SUSPECT but
 never demotes. Every move to DEMOTED needs independent evidence: a failure on the endpoint's own
 grounds this round (its golden window, fidelity, tool-call accuracy, usage, a hard rule) or an
-e-CUSUM run that holds one (`EvidenceState.grounded`). Without it the endpoint stays SUSPECT (on
+e-CUSUM on its own grounds alone at the alarm level (`EvidenceState.own`: a reference-only failure
+steps it as a pass, so one chance failure in a run of them fades). Without it the endpoint stays SUSPECT (on
 probation: stays there), the reference-only e-CUSUMs restart, and the reason says so; a demoted
 endpoint whose only failures are reference-only counts the round as clean.
 
@@ -96,16 +97,14 @@ def _tally(
         if r.verdict == "error" or r.errors:
             errors += max(1, r.errors)
             last_error = str((r.details or {}).get("error", "")) or f"{r.probe}: {r.errors} upstream errors"
-    grounded = set(evidence.grounded)
+    own = dict(evidence.own)
     if not confirm:  # a confirmatory round decides on its own; it does not feed the e-processes
         for r in quality:
             e = window_e(r, settings)
             if e is not None:
                 cusum[r.probe] = cusum_step(cusum.get(r.probe, 0.0), e)
-                if cusum[r.probe] <= 1.0:  # the e-CUSUM run restarted: its earlier failures are gone
-                    grounded.discard(r.probe)
-                if r.verdict == "fail" and r.grounds == "self":
-                    grounded.add(r.probe)
+                on_own_grounds = r.verdict == "pass" or r.grounds == "self"
+                own[r.probe] = cusum_step(own.get(r.probe, 0.0), e if on_own_grounds else settings.window_e_low)
     failed = tuple(r for r in quality if r.verdict == "fail")
     alarms = [p for p, m in cusum.items() if m >= settings.suspect_e]
     demote = [p for p, m in cusum.items() if m >= settings.demote_e]
@@ -116,10 +115,10 @@ def _tally(
             alarms.append(r.probe)
     alarms, demote = list(dict.fromkeys(alarms)), list(dict.fromkeys(demote))
     independent = [_describe(r) for r in failed if r.grounds == "self"]
-    independent += [f"{p} e-CUSUM {cusum[p]:.3g}" for p in dict.fromkeys((*demote, *alarms))
-                    if p in grounded and p in cusum and not any(r.probe == p and r.grounds == "self" for r in failed)]
+    independent += [f"{p} own-grounds e-CUSUM {own[p]:.3g}" for p in dict.fromkeys((*demote, *alarms))
+                    if own.get(p, 0.0) >= settings.suspect_e and not any(r.probe == p and r.grounds == "self" for r in failed)]
     new = replace(evidence, cusum=cusum, errors=errors, last_error=last_error, updated=now,
-                  grounded=tuple(sorted(grounded & set(cusum))))
+                  own={p: m for p, m in own.items() if p in cusum})
     return _Round(new, quality, failed, tuple(alarms), tuple(demote), tuple(independent))
 
 
@@ -167,9 +166,9 @@ def decide(
         if rnd.independent:
             also = f"; confirmed independently by {', '.join(rnd.independent)}" if reference else ""
             return move("demoted", why + also, evidence)
-        kept = replace(evidence, cusum={p: m for p, m in evidence.cusum.items() if p in evidence.grounded},
+        kept = replace(evidence, cusum={p: m for p, m in evidence.cusum.items() if evidence.grounded(p)},
                        clean_rounds=0)
-        ungrounded = [f"{p} e-CUSUM {m:.3g}" for p, m in evidence.cusum.items() if p not in evidence.grounded
+        ungrounded = [f"{p} e-CUSUM {m:.3g}" for p, m in evidence.cusum.items() if not evidence.grounded(p)
                       and (p in rnd.alarms or p in rnd.demote)]
         what = ", ".join(dict.fromkeys([*reference, *ungrounded])) or failures or peak
         why = (f"{why}; reference disagreement alone ({what}): {hold}, not demoted, until an independent test "
@@ -183,7 +182,7 @@ def decide(
         if rnd.independent:
             return move("demoted", f"still failing: {failures or peak}", replace(ev, clean_rounds=0))
         clean = replace(ev, clean_rounds=ev.clean_rounds + 1,
-                        cusum={p: m for p, m in ev.cusum.items() if p in ev.grounded})
+                        cusum={p: m for p, m in ev.cusum.items() if ev.grounded(p)})
         waited = now - health.since
         if waited >= settings.demoted_min_seconds and clean.clean_rounds >= settings.clean_windows:
             return move("probation", f"{clean.clean_rounds} clean rounds after {waited:.0f} s demoted", clean.reset())

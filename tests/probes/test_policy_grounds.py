@@ -40,7 +40,8 @@ def test_a_reference_only_failure_raises_suspect() -> None:
     d = decide(at("healthy"), EvidenceState(), [DRIFT_REF], confirm=False, now=NOW, settings=S, trigger="manual")
     assert d.to_state == "suspect" and d.confirm_for == ("logprob_drift",)
     assert "against the reference" in d.reason
-    assert d.evidence.grounded == ()  # its e-CUSUM run holds no failure on the endpoint's own grounds
+    assert not d.evidence.grounded("logprob_drift")  # its run holds no failure on the endpoint's own grounds
+    assert d.evidence.own == {"logprob_drift": 0.5}  # stepped as a passing window
 
 
 def test_a_reference_only_failure_of_the_confirmatory_re_run_keeps_it_suspect_not_demoted() -> None:
@@ -90,31 +91,34 @@ def test_the_golden_window_is_an_independent_confirmation() -> None:
 
 def test_reference_only_e_cusum_past_demote_e_stays_suspect() -> None:
     """Hourly reference-only failures pile the e-CUSUM past demote_e: still SUSPECT (and the
-    reference-only run restarts); once the golden window fails too, the same evidence demotes."""
+    reference-only run restarts); when its own-grounds part is at the alarm level too, it demotes."""
     ev = EvidenceState({"logprob_drift": 700.0})
     d = decide(at("suspect"), ev, [DRIFT_REF], confirm=False, now=NOW, settings=S)
     assert d.to_state is None and "reference disagreement alone" in d.reason, d.reason
     assert "logprob_drift e-CUSUM 7.35e+03" in d.reason and d.evidence.cusum == {}
     grounded = decide(
         at("suspect"),
-        EvidenceState({"logprob_drift": 700.0}, grounded=("logprob_drift",)),
+        EvidenceState({"logprob_drift": 700.0}, own={"logprob_drift": 2 * S.suspect_e}),
         [DRIFT_REF],
         confirm=False,
         now=NOW,
         settings=S,
     )
     assert grounded.to_state == "demoted", grounded.reason
-    assert "confirmed independently by logprob_drift e-CUSUM" in grounded.reason
+    assert "confirmed independently by logprob_drift own-grounds e-CUSUM 20" in grounded.reason
+    weak = decide(at("suspect"), EvidenceState({"logprob_drift": 700.0}, own={"logprob_drift": 2 * S.suspect_e - 1}),
+                  [DRIFT_REF], confirm=False, now=NOW, settings=S)
+    assert weak.to_state is None and "reference disagreement alone" in weak.reason, weak.reason
 
 
 def test_a_self_failure_marks_the_e_cusum_run_until_it_restarts() -> None:
     d = decide(at("healthy"), EvidenceState(), [r("logprob_drift", "fail", p=0.01)], confirm=False, now=NOW, settings=S)
-    assert d.evidence.grounded == ("logprob_drift",)
+    assert d.evidence.grounded("logprob_drift")
     # Passing windows halve it; at 1 or below the run restarts and forgets the failure.
     ev = d.evidence
     for _ in range(4):
         ev = decide(at("healthy"), ev, [r("logprob_drift", "pass", p=0.5)], confirm=False, now=NOW, settings=S).evidence
-    assert ev.cusum["logprob_drift"] <= 1.0 and ev.grounded == ()
+    assert ev.cusum["logprob_drift"] <= 1.0 and not ev.grounded("logprob_drift")
 
 
 def test_a_reference_only_usage_mismatch_is_not_a_confirmation_of_itself() -> None:
@@ -176,6 +180,41 @@ def test_the_way_back_still_works_while_the_reference_disagrees() -> None:
 
 
 def test_the_grounds_survive_the_store() -> None:
-    ev = EvidenceState({"logprob_drift": 12.0}, grounded=("logprob_drift",))
+    ev = EvidenceState({"logprob_drift": 12.0}, own={"logprob_drift": 6.0})
     assert EvidenceState.from_json(ev.to_json()) == ev
-    assert ev.reset().grounded == ()
+    assert ev.reset().own == {}
+    # A state stored before the own-grounds runs existed loads with none (nothing grounded).
+    assert EvidenceState.from_json('{"cusum": {"logprob_drift": 12.0}, "grounded": ["logprob_drift"]}').own == {}
+
+
+def test_one_chance_golden_failure_does_not_ground_a_run_of_reference_only_failures() -> None:
+    """An honest endpoint on another engine, judged by the equality test, fails against the reference
+    every window; its golden window fails once by chance. The e-CUSUM run that chance failure started
+    is then carried by reference failures alone: it must not count as independent evidence
+    (bench/health_sim.py: 4.4% of such endpoint-months ended DEMOTED)."""
+    health, ev = at("healthy"), EvidenceState()
+    chance = r("logprob_drift", "fail", p=0.01, e=10.5)  # the golden window, at its alpha
+    for i in range(60):
+        d = decide(health, ev, [chance if i == 0 else DRIFT_REF], confirm=False, now=NOW + i, settings=S)
+        assert d.to_state != "demoted", (i, d.reason)
+        ev = d.evidence
+        if d.to_state is not None:
+            health = EndpointHealth(d.to_state, since=NOW + i)
+    assert health.state == "suspect"
+
+
+def test_own_grounds_failures_that_reach_the_alarm_level_demote_through_reference_windows() -> None:
+    """A fault the golden window sees, window after window: the own-grounds e-CUSUM alone reaches the
+    alarm level, so a later reference-only window still demotes on it."""
+    health, ev = at("healthy"), EvidenceState()
+    own_fail = r("logprob_drift", "fail", p=0.001, e=10.5)
+    demoted_at = None
+    for i in range(10):
+        d = decide(health, ev, [own_fail if i < 2 else DRIFT_REF], confirm=False, now=NOW + i, settings=S)
+        ev = d.evidence
+        if d.to_state is not None:
+            health = EndpointHealth(d.to_state, since=NOW + i)
+        if health.state == "demoted":
+            demoted_at = i
+            break
+    assert demoted_at is not None and "own-grounds e-CUSUM" in d.reason, d.reason
