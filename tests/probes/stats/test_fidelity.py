@@ -137,8 +137,9 @@ def test_a_greedy_endpoint_fails_when_the_head_holds_two_tokens():
     assert outcome.p_value < 1e-10
 
 
-# Distributions like the probe's first tokens (top token 0.2-0.6, most of the mass in the top 20;
-# bench/fidelity_sampler.py prints the bundled model's) and the truncations of honest samplers:
+# Distributions with most of the mass in the top 20 (the bundled model's first tokens on the probe's
+# conversations: top token 0.07-0.37, 50-76% in the top 20, `bench/fidelity_sampler.py --exact`;
+# these are as peaked or more), and the truncations of honest samplers:
 # llama-server's defaults (top-k 40, min-p 0.05, before the temperature), and the tolerated
 # extremes top-k 10 and min-p 0.1, before the temperature and after it (vLLM's order).
 SCALES = (2.5, 3.0, 3.5, 4.0, 5.0)
