@@ -154,15 +154,16 @@ NEEDS_ENGINE = pytest.mark.skipif(
 async def test_live_llama_server_at_its_default_sampler_passes():
     """llama-server samples through top-k 40 and min-p 0.05 unless a request turns them off, while
     its logprobs are the untruncated distribution: the blind drill's false demotion. Requests are
-    seeded (rng seeds 0 1 2: three conversations, 200 samples each), so each p is fixed on one
-    build; the bound 1e-3 (not the probe's alpha 0.01) leaves room for another machine's numerics:
-    an honest run falls below it with chance 1e-3, three runs with 0.3%."""
+    seeded (rng seeds 0 1: two conversations, 200 samples each), so each p is fixed on one build
+    (measured: 1.0 and 0.41; the old T = 1 test gave 7e-08 and 5e-22); the bound 1e-3 (not the
+    probe's alpha 0.01) leaves room for another machine's numerics: an honest run falls below it
+    with chance 1e-3, two runs with 0.2%. About 35 s a seed on a loaded 2-core machine."""
     engine = EngineSupervisor(EngineConfig(n_ctx=1024))
     await engine.start()
     try:
         async with live_clients({"local": engine.replicas[0].base_url}) as clients:
             results = []
-            for seed in (0, 1, 2):
+            for seed in (0, 1):
                 ctx = ProbeContext(
                     endpoint=clients["local"].endpoint, client=clients["local"], settings=SETTINGS,
                     baselines=MemoryBaselines(), rng=np.random.default_rng(seed), clock=lambda: 1_000.0,
@@ -173,6 +174,7 @@ async def test_live_llama_server_at_its_default_sampler_passes():
     for result in results:
         assert result.p_value is not None and result.p_value > 1e-3, result.details
         assert result.samples >= 100, result.details
+        assert result.details["tail_truncated"], result.details  # the sampler did cut the tail
 
 
 class ToolCaller(ToyModel):
