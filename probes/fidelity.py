@@ -1,6 +1,8 @@
 """Sampling fidelity: one-token samples at the requested temperature, with logprobs, tested (χ²)
-against the distribution the endpoint's own logprobs imply at that temperature. Logprobs are
-reported before temperature, so this is what catches an ignored or changed temperature."""
+against the distribution the endpoint's own logprobs imply at that temperature, truncated to any
+prefix the settings tolerate (`probes.stats.fidelity`: a provider's top-k or min-p cut of the tail
+passes). Logprobs are reported before temperature, so this is what catches an ignored or changed
+temperature."""
 
 from __future__ import annotations
 
@@ -89,7 +91,10 @@ class Fidelity:
             reason = "every request failed" if errors == spent["requests"] else "no answer carried logprobs"
             return result(self, "error", Outcome(statistic=0.0), spent, alpha, error=reason)
 
-        verdict, outcome = judged(fidelity_test(counts, tops[0], settings.temperature), alpha, ctx.settings.health)
+        outcome = fidelity_test(
+            counts, tops[0], settings.temperature, min_p=settings.tolerated_min_p, top_k=settings.tolerated_top_k
+        )
+        verdict, outcome = judged(outcome, alpha, ctx.settings.health)
         return result(
             self, verdict, outcome, spent, alpha,
             top_logprobs=k, logprob_spread=round(logprob_spread(tops), 6), conversation=frame,

@@ -57,6 +57,10 @@ class FidelitySettings(Frozen):
     temperature: float = Field(1.0, gt=0)
     top_logprobs: int = Field(20, ge=1, le=20)
     alpha: float = Field(0.01, gt=0, lt=1)
+    # The tail truncation an honest sampler may apply (the gateway cannot set a provider's): min-p
+    # up to this, before or after the temperature, and top-k down to `tolerated_top_k`.
+    tolerated_min_p: float = Field(0.1, ge=0, lt=1)
+    tolerated_top_k: int = Field(10, ge=1, le=20)
 
 
 class ToolCallSettings(Frozen):

@@ -1,17 +1,37 @@
 """Sampling fidelity: do sampled one-token continuations follow the distribution the endpoint's
 own logprobs imply at the requested temperature?
 
-Reported logprobs are raw (before temperature, as vLLM's default), so at temperature T the implied
-distribution over the top-k is q_i ∝ exp(logprob_i / T). At T = 1 the rest of the mass is known
-(1 − Σ exp(logprob_i)) and gets an "other" cell. At any other T the rest's share depends on logprobs
-nobody reported, so the test conditions on the sample landing in the top-k, where q is exact; samples
-outside it are reported but not tested. A χ² test compares the counts with q after pooling cells
-whose expected count is small.
+Reported logprobs are raw (before temperature and truncation, as vLLM's and llama-server's
+defaults), so at temperature T the implied distribution is q_i ∝ exp(logprob_i / T). Honest
+samplers often truncate the tail first (llama-server: top-k 40, min-p 0.05 unless the request turns
+them off), and a third-party provider's sampler is not the gateway's to set, so a truncated tail
+must pass. Top-k, min-p and top-p, applied before the temperature (llama.cpp) or after it (vLLM),
+all keep a *prefix* of the tokens ranked by logprob, and conditional on a sample landing in a kept
+prefix, q renormalised over it is exact whatever was cut. So the null is "q, truncated to the top m
+for some m", with m at least the *head* (`head_tokens`: what no tolerated truncation, min-p up to
+`min_p` and top-k down to `top_k`, can remove; a greedy sampler is a truncation to one token, and
+fails when the head holds more) and at least the rank of every token sampled. Each candidate m gets
+two tests of the counts in the top m against q renormalised over them, Bonferroni-combined: a χ²
+(any departure; cells with small expected counts pooled) and the likelihood ratio of the
+best-fitting temperature (1 dof, far more power against a changed temperature than the χ²'s ten
+or so). The test's p is the largest over the candidates: valid whichever m the sampler used. A
+changed temperature still changes the ratios inside every prefix, and a longer prefix (the sampled
+ranks force it) keeps the power that low-probability tokens carry. What is lost is the tail's share
+itself: on a flat distribution, whose temperature shows mostly in how much mass leaves the top 20,
+a cooled sampler is indistinguishable from a truncating one.
+
+The tail beyond the head is also a reported detail, never part of the verdict: samples outside the
+head are counted against the share outside it that the untruncated distribution implies (known at
+T = 1 only), and a tail much lighter than that is noted as truncated. A one-sided test for a tail
+*heavier* than that share (which no truncation can cause) was left out: when the head holds nearly
+all the mass, its p rests on the reported logprobs' last digits, and imprecise ones would demote
+honest endpoints.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 import numpy as np
 from scipy import optimize, stats
@@ -19,23 +39,38 @@ from scipy import optimize, stats
 from probes.base import Outcome
 
 OTHER = "<other>"
+# Below this one-sided p the tail is reported as truncated (a note, not a verdict).
+TRUNCATED_P = 1e-3
 
 
-def implied_distribution(top: Mapping[str, float], temperature: float) -> dict[str, float]:
-    """q over the top-k tokens at `temperature` from raw (T = 1) logprobs; at T = 1 with OTHER,
-    elsewhere conditional on the top-k (no OTHER key)."""
+def head_tokens(top: Mapping[str, float], temperature: float, *, min_p: float, top_k: int) -> list[str]:
+    """The reported tokens (most likely first) that no min-p up to `min_p`, applied before the
+    temperature (llama.cpp) or after it (vLLM), and no top-k of at least `top_k` can remove:
+    raw probability ratio to the top token >= max(min_p, min_p ** T), and at most `top_k` tokens
+    (fewer where the cut would split tied logprobs, as a top-k may break ties either way)."""
     if not top:
         raise ValueError("no logprobs")
     if temperature <= 0:
         raise ValueError("temperature must be positive")
-    logprobs = np.array(list(top.values()), dtype=float)
-    if _is_one(temperature):
-        probs = np.exp(logprobs)
-        q = dict(zip(top, probs.tolist(), strict=True))
-        q[OTHER] = max(0.0, 1.0 - float(probs.sum()))
-        total = sum(q.values())
-        return {k: v / total for k, v in q.items()}
-    z = logprobs / temperature
+    if not 0 <= min_p < 1 or top_k < 1:
+        raise ValueError("min_p must be in [0, 1) and top_k at least 1")
+    ranked = sorted(top, key=top.__getitem__, reverse=True)
+    floor = top[ranked[0]] + (np.log(max(min_p, min_p**temperature)) if min_p > 0 else -np.inf)
+    head = [t for t in ranked if top[t] >= floor]
+    if len(head) > top_k:
+        cut = top[head[top_k]]
+        head = [t for t in head[:top_k] if top[t] != cut]
+    return head
+
+
+def conditional_distribution(top: Mapping[str, float], temperature: float) -> dict[str, float]:
+    """q over `top`'s tokens at `temperature` from raw (T = 1) logprobs, conditional on the sample
+    being one of them (exact at any T, whatever lies outside)."""
+    if not top:
+        raise ValueError("no logprobs")
+    if temperature <= 0:
+        raise ValueError("temperature must be positive")
+    z = np.array(list(top.values()), dtype=float) / temperature
     weights = np.exp(z - z.max())
     return dict(zip(top, (weights / weights.sum()).tolist(), strict=True))
 
@@ -63,61 +98,105 @@ def pooled_cells(
 
 
 def fidelity_test(
-    counts: Mapping[str, int], top: Mapping[str, float], temperature: float, *, min_expected: float = 5.0
+    counts: Mapping[str, int], top: Mapping[str, float], temperature: float, *, min_p: float = 0.1,
+    top_k: int = 10, min_expected: float = 5.0,
 ) -> Outcome:
-    """χ² of sampled token counts against q at `temperature`. `p_value` is None when pooling leaves
-    fewer than two cells; `samples` counts the tested samples."""
-    if sum(counts.values()) <= 0:
+    """Is there a tolerated truncation under which the counts follow q? Top-k, min-p and top-p,
+    before or after the temperature, each keep a prefix of the tokens ranked by logprob, so an
+    honest sampler keeps the top m for some m no smaller than the head (`head_tokens` with `min_p`,
+    `top_k`) and no smaller than the rank of any token it sampled (all of the reported ones when it
+    sampled a token outside them: the top-k conditional test then covers every longer prefix).
+    Each such m gets `_prefix_test` of the counts in the top m against q renormalised over them;
+    `p_value` is the largest (valid whichever m the sampler used), None when some m leaves fewer
+    than two cells after pooling. `samples` counts the samples in the chosen prefix (`kept`)."""
+    total = sum(int(c) for c in counts.values())
+    if total <= 0:
         raise ValueError("no samples")
-    observed = {k: 0 for k in top}
-    outside = 0
-    for token, c in counts.items():
-        if token in top:
-            observed[token] += int(c)
-        else:
-            outside += int(c)
-    q = implied_distribution(top, temperature)
-    if OTHER in q:
-        observed[OTHER] = outside
-    n = sum(observed.values())
+    head = head_tokens(top, temperature, min_p=min_p, top_k=top_k)
+    ranked = sorted(top, key=top.__getitem__, reverse=True)
+    outside = sum(int(c) for k, c in counts.items() if k not in top)
+    seen = [ranked.index(k) + 1 for k, c in counts.items() if k in top and c > 0]
+    lo = len(ranked) if outside else max([len(head), *seen])
+    # A cut between tied logprobs is no prefix a sampler must keep (ties break either way).
+    cuts = [m for m in range(lo, len(ranked) + 1) if m == len(ranked) or top[ranked[m - 1]] != top[ranked[m]]]
+    tests = [_prefix_test(counts, {k: top[k] for k in ranked[:m]}, temperature, min_expected) for m in cuts]
+    kept, chosen = max(zip(cuts, tests, strict=True), key=lambda t: 2.0 if t[1].p_value is None else t[1].p_value)
+    n_head = sum(int(counts.get(k, 0)) for k in head)
     details: dict[str, object] = {
         "temperature": temperature,
-        "temperature_estimate": estimate_temperature(counts, top),
+        "temperature_estimate": estimate_temperature(counts, {k: top[k] for k in ranked[:lo]}),
+        "head": len(head),
+        "prefixes": [lo, len(ranked)],
+        "kept": kept,
         "outside_top_k": outside,
+        **_tail(total, total - n_head, float(np.exp([top[k] for k in head]).sum()), temperature),
+        **chosen.details,
     }
+    return replace(chosen, details=details)
+
+
+def _prefix_test(
+    counts: Mapping[str, int], prefix: Mapping[str, float], temperature: float, min_expected: float
+) -> Outcome:
+    """The counts of `prefix`'s tokens against q renormalised over them: the χ² (any departure)
+    and the likelihood ratio of the best-fitting temperature (1 dof: the fault this probe is for),
+    Bonferroni-combined."""
+    observed = {k: int(counts.get(k, 0)) for k in prefix}
+    n = sum(observed.values())
     if n == 0:
-        return Outcome(statistic=0.0, samples=0, details=details)
+        return Outcome(statistic=0.0)
+    q = conditional_distribution(prefix, temperature)
     labels, obs, exp = pooled_cells(observed, {k: n * v for k, v in q.items()}, min_expected)
-    details["cells"] = [
+    cells = [
         {"token": k, "observed": int(o), "expected": round(float(e), 2)}
         for k, o, e in zip(labels, obs, exp, strict=True)
     ]
     if len(labels) < 2:
-        return Outcome(statistic=0.0, samples=n, details=details)
+        return Outcome(statistic=0.0, samples=n, details={"cells": cells})
     dof = len(labels) - 1
-    if np.any(exp <= 0):  # a sample where the logprobs leave no mass
-        return Outcome(statistic=float("inf"), p_value=0.0, samples=n, details={**details, "dof": dof})
     chi2 = float(((obs - exp) ** 2 / exp).sum())
-    return Outcome(statistic=chi2, p_value=float(stats.chi2.sf(chi2, dof)), samples=n, details={**details, "dof": dof})
+    p_values = [float(stats.chi2.sf(chi2, dof))]
+    details: dict[str, object] = {"cells": cells, "dof": dof, "chi2_p": p_values[0]}
+    fitted = _fit_temperature(observed, prefix)
+    if fitted is not None:
+        nll, best = fitted
+        p_values.append(float(stats.chi2.sf(max(0.0, 2 * (nll(temperature) - nll(best))), 1)))
+        details["temperature_p"] = p_values[1]
+    return Outcome(statistic=chi2, p_value=min(1.0, len(p_values) * min(p_values)), samples=n, details=details)
+
+
+def _tail(total: int, outside: int, head_share: float, temperature: float) -> dict[str, object]:
+    """Samples outside the head, the count the untruncated distribution implies (at T = 1; None
+    elsewhere), and whether so few are seen that the tail looks truncated."""
+    if abs(temperature - 1.0) > 1e-9:
+        return {"outside_head": {"observed": outside, "expected": None}}
+    share = min(1.0, max(0.0, 1.0 - head_share))
+    return {
+        "outside_head": {"observed": outside, "expected": round(total * share, 2)},
+        "tail_truncated": bool(stats.binom.cdf(outside, total, share) <= TRUNCATED_P),
+    }
 
 
 def estimate_temperature(counts: Mapping[str, int], top: Mapping[str, float]) -> float | None:
-    """The temperature that best explains the counts of top-k tokens (maximum likelihood over
-    [0.05, 5], conditional on the top-k, so exact for any T); None with under two such tokens seen."""
-    seen = {k: c for k, c in counts.items() if k in top and c}
-    if len(seen) < 2:
+    """The temperature that best explains the counts of `top`'s tokens (maximum likelihood over
+    [0.05, 5], conditional on `top`, so exact for any T); None with under two such tokens seen."""
+    fitted = _fit_temperature(counts, top)
+    return None if fitted is None else round(fitted[1], 3)
+
+
+def _fit_temperature(
+    counts: Mapping[str, int], top: Mapping[str, float]
+) -> tuple[Callable[[float], float], float] | None:
+    """The negative log-likelihood of a temperature given the counts of `top`'s tokens
+    (conditional on `top`), and its minimiser over [0.05, 5]; None with under two tokens seen."""
+    if sum(1 for k, c in counts.items() if k in top and c) < 2:
         return None
-    tokens = list(top)
-    logprobs = np.array([top[k] for k in tokens])
-    c = np.array([seen.get(k, 0) for k in tokens], dtype=float)
+    logprobs = np.array(list(top.values()), dtype=float)
+    c = np.array([counts.get(k, 0) for k in top], dtype=float)
 
     def nll(t: float) -> float:
         z = logprobs / t
         log_q = z - (z.max() + np.log(np.exp(z - z.max()).sum()))
         return float(-(c * log_q).sum())
 
-    return round(float(optimize.minimize_scalar(nll, bounds=(0.05, 5.0), method="bounded").x), 3)
-
-
-def _is_one(temperature: float) -> bool:
-    return abs(temperature - 1.0) < 1e-9
+    return nll, float(optimize.minimize_scalar(nll, bounds=(0.05, 5.0), method="bounded").x)

@@ -118,7 +118,10 @@ def test_substituted_model_is_caught_against_the_reference(gwctl: Gwctl, testbed
 def test_temperature_change_is_caught_by_fidelity_and_the_last_endpoint_fails_open(
     gwctl: Gwctl, testbed: Testbed, gateway: GatewayServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    testbed.set_fault("target", {"temperature": 0.7})
+    # T 0.5: at these 80 samples fidelity, which tolerates a truncated tail, catches T 0.7 with
+    # power 0.32-0.98 a round on the pool's conversations and T 0.5 with 0.92-1.0
+    # (bench/fidelity_sampler.py --exact); the demotion needs two rounds.
+    testbed.set_fault("target", {"temperature": 0.5})
     with caplog.at_level(logging.WARNING, logger="gateway.probes"):
         code, text = gwctl.probe("--provider", "tb-solo", "--probes", "fidelity")
     assert code == 1 and demoted_by(text, "fidelity"), text
