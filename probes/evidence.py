@@ -30,6 +30,8 @@ class EvidenceState:
     # against the reference only steps it as a passing window would. A run that one chance failure
     # started and reference failures carried fades here, so it never counts as independent evidence.
     own: Mapping[str, float] = field(default_factory=dict)
+    # Until then (wall seconds) a reference-only alarm asks for no confirmatory round (HealthSettings.reference_hold_seconds).
+    held_until: float = 0.0
     # Availability evidence: upstream errors seen while probing (never quality evidence).
     errors: int = 0
     last_error: str = ""
@@ -45,7 +47,7 @@ class EvidenceState:
 
     def reset(self) -> EvidenceState:
         """Forget the quality evidence (after a confirmatory pass, or on entering probation)."""
-        return replace(self, cusum={}, own={}, clean_rounds=0, suspects=())
+        return replace(self, cusum={}, own={}, clean_rounds=0, suspects=(), held_until=0.0)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -54,6 +56,7 @@ class EvidenceState:
                 "clean_rounds": self.clean_rounds,
                 "suspects": list(self.suspects),
                 "own": dict(self.own),
+                "held_until": self.held_until,
                 "errors": self.errors,
                 "last_error": self.last_error,
                 "updated": self.updated,
@@ -70,6 +73,7 @@ class EvidenceState:
             suspects=tuple(str(s) for s in data.get("suspects") or ()),
             # A state stored before "own" existed starts its own-grounds runs afresh.
             own={str(k): float(v) for k, v in (data.get("own") or {}).items()},
+            held_until=float(data.get("held_until", 0.0)),
             errors=int(data.get("errors", 0)),
             last_error=str(data.get("last_error", "")),
             updated=float(data.get("updated", 0.0)),

@@ -114,9 +114,18 @@ def _tally(
         elif r.effect in ("suspect", "confirm") or (r.effect == "evidence" and trigger == "manual"):
             alarms.append(r.probe)
     alarms, demote = list(dict.fromkeys(alarms)), list(dict.fromkeys(demote))
-    independent = [_describe(r) for r in failed if r.grounds == "self"]
+    # What a demotion needs. A confirmatory round or an audit is the fresh test an alarm calls for,
+    # and an alarm probe's run is a test of its own: a failure on the endpoint's own grounds in
+    # either counts. A scheduled monitoring window ("evidence") is one of many looks: it counts
+    # only through the own-grounds e-CUSUM, at the alarm level.
+    fresh = confirm or trigger != "schedule"
+
+    def counts(r: ProbeResult) -> bool:
+        return r.grounds == "self" and (fresh or r.effect != "evidence")
+
+    independent = [_describe(r) for r in failed if counts(r)]
     independent += [f"{p} own-grounds e-CUSUM {own[p]:.3g}" for p in dict.fromkeys((*demote, *alarms))
-                    if own.get(p, 0.0) >= settings.suspect_e and not any(r.probe == p and r.grounds == "self" for r in failed)]
+                    if own.get(p, 0.0) >= settings.suspect_e and not any(r.probe == p and counts(r) for r in failed)]
     new = replace(evidence, cusum=cusum, errors=errors, last_error=last_error, updated=now,
                   own={p: m for p, m in own.items() if p in cusum})
     return _Round(new, quality, failed, tuple(alarms), tuple(demote), tuple(independent))
@@ -150,7 +159,15 @@ def decide(
     if not rnd.quality:
         return Decision(None, ev, "no quality evidence this round (errors or inconclusive only)", None)
 
+    # A reference-only hold: scheduled rounds with nothing failing on the endpoint's own grounds
+    # ask for no new confirmatory round until it ends.
+    holding = (not confirm and trigger == "schedule" and now < ev.held_until
+               and not any(r.grounds == "self" for r in rnd.failed))
+
     def move(state: HealthState, reason: str, evidence: EvidenceState, confirm_for: tuple[str, ...] = ()) -> Decision:
+        if holding and confirm_for:
+            confirm_for = ()
+            reason += f" (reference-only hold: next confirmatory round after {ev.held_until - now:.0f} s)"
         if state == health.state:
             return Decision(None, evidence, reason, None, confirm_for)
         return Decision(state, evidence, reason, score_for(state, settings), confirm_for)
@@ -171,15 +188,21 @@ def decide(
         ungrounded = [f"{p} e-CUSUM {m:.3g}" for p, m in evidence.cusum.items() if not evidence.grounded(p)
                       and (p in rnd.alarms or p in rnd.demote)]
         what = ", ".join(dict.fromkeys([*reference, *ungrounded])) or failures or peak
-        why = (f"{why}; reference disagreement alone ({what}): {hold}, not demoted, until an independent test "
-               f"confirms it ({INDEPENDENT_TESTS})")
+        if reference or ungrounded:
+            why = (f"{why}; reference disagreement alone ({what}): {hold}, not demoted, until an independent test "
+                   f"confirms it ({INDEPENDENT_TESTS})")
+        else:
+            why = (f"{why}; one scheduled window on the endpoint's own grounds ({what}): {hold}, not demoted, until "
+                   f"its own-grounds e-CUSUM reaches {settings.suspect_e:g} or a confirmatory round fails")
         if hold != "suspect":
             return move(hold, why, kept)
+        if not holding:
+            kept = replace(kept, held_until=now + settings.reference_hold_seconds)
         suspects = tuple(dict.fromkeys((*evidence.suspects, *(r.probe for r in rnd.failed), *rnd.alarms)))
         return move("suspect", why, replace(kept, suspects=suspects), suspects)
 
-    if state == "demoted":
-        if rnd.independent:
+    if state == "demoted":  # any failure on its own grounds keeps it there (the way back is cautious)
+        if rnd.independent or any(r.grounds == "self" for r in rnd.failed):
             return move("demoted", f"still failing: {failures or peak}", replace(ev, clean_rounds=0))
         clean = replace(ev, clean_rounds=ev.clean_rounds + 1,
                         cusum={p: m for p, m in ev.cusum.items() if ev.grounded(p)})

@@ -115,6 +115,11 @@ class HealthSettings(Frozen):
     probation_weight: float = Field(0.1, gt=0, le=1)
     demoted_min_seconds: float = Field(86_400.0, ge=0)
     probation_seconds: float = Field(86_400.0, ge=0)
+    # After a demotion held back on reference disagreement alone, scheduled rounds ask for no new
+    # confirmatory round for this long unless something on the endpoint's own grounds fails: an
+    # honest endpoint that another engine's reference always fails would otherwise be re-confirmed
+    # every window (~740 rounds a month), and one of them fails its own tests by chance.
+    reference_hold_seconds: float = Field(7 * 86_400.0, ge=0)
     clean_windows: int = Field(3, ge=0)
     # Bernoulli CUSUM on passive tool-call error rates (rates per call).
     tool_error_baseline: float = Field(0.002, gt=0, lt=1)

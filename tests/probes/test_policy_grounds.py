@@ -4,6 +4,8 @@ window) it demotes, and the reason names both; the way back (PROBATION -> HEALTH
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kernel.health import EndpointHealth, HealthState
 from probes.base import Effect, Grounds, ProbeResult, Verdict
 from probes.evidence import EvidenceState
@@ -218,3 +220,38 @@ def test_own_grounds_failures_that_reach_the_alarm_level_demote_through_referenc
             demoted_at = i
             break
     assert demoted_at is not None and "own-grounds e-CUSUM" in d.reason, d.reason
+
+
+HOLD = HealthSettings(suspect_e=20, demote_e=720, reference_hold_seconds=3600)
+
+
+def test_a_reference_only_hold_stops_asking_for_confirmatory_rounds_until_it_ends() -> None:
+    """Held back on reference disagreement alone: scheduled alarms of the same kind ask for no new
+    confirmatory round during the hold (each one is a chance for an own test to fail by luck); a
+    failure on the endpoint's own grounds, an audit, or the end of the hold asks again."""
+    d = decide(at("suspect"), EvidenceState({"logprob_drift": 700.0}), [DRIFT_REF], confirm=False, now=NOW,
+               settings=HOLD)
+    assert d.to_state is None and d.evidence.held_until == NOW + 3600 and d.confirm_for, d.reason
+    ev = d.evidence
+    for t in (60.0, 1800.0):  # within the hold: the alarm stands, nothing is re-confirmed
+        later = decide(at("suspect"), replace(ev, cusum={"logprob_drift": 700.0}), [DRIFT_REF], confirm=False,
+                       now=NOW + t, settings=HOLD)
+        assert later.confirm_for == () and "reference-only hold" in later.reason, later.reason
+        assert later.evidence.held_until == NOW + 3600  # not extended
+    own = decide(at("suspect"), ev, [DRIFT_REF, FIDELITY_FAIL], confirm=False, now=NOW + 60, settings=HOLD)
+    assert own.confirm_for, own.reason
+    audit = decide(at("suspect"), ev, [DRIFT_REF], confirm=False, now=NOW + 60, settings=HOLD, trigger="manual")
+    assert audit.confirm_for, audit.reason
+    after = decide(at("suspect"), ev, [DRIFT_REF], confirm=False, now=NOW + 3601, settings=HOLD)
+    assert after.confirm_for, after.reason
+    assert EvidenceState.from_json(ev.to_json()) == ev and ev.reset().held_until == 0.0
+
+
+def test_one_scheduled_own_window_does_not_demote_but_a_confirmatory_failure_does() -> None:
+    """A scheduled monitoring window is one of many looks: alone it does not confirm an alarm built
+    on the reference; the same failure in a confirmatory round does."""
+    ev = EvidenceState({"logprob_drift": 700.0}, suspects=("logprob_drift",))
+    window = decide(at("suspect"), ev, [DRIFT_REF, FIDELITY_FAIL], confirm=False, now=NOW, settings=S)
+    assert window.to_state is None, window.reason
+    confirmed = decide(at("suspect"), ev, [DRIFT_REF, FIDELITY_FAIL], confirm=True, now=NOW, settings=S)
+    assert confirmed.to_state == "demoted" and "confirmed independently by fidelity fail" in confirmed.reason
