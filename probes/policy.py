@@ -88,7 +88,7 @@ class _Round:
 
 def _tally(
     evidence: EvidenceState, results: Sequence[ProbeResult], *, confirm: bool, trigger: str, now: float,
-    settings: HealthSettings,
+    settings: HealthSettings, state: HealthState,
 ) -> _Round:
     cusum = dict(evidence.cusum)
     errors, last_error = evidence.errors, evidence.last_error
@@ -114,14 +114,17 @@ def _tally(
         elif r.effect in ("suspect", "confirm") or (r.effect == "evidence" and trigger == "manual"):
             alarms.append(r.probe)
     alarms, demote = list(dict.fromkeys(alarms)), list(dict.fromkeys(demote))
-    # What a demotion needs. A confirmatory round or an audit is the fresh test an alarm calls for,
-    # and an alarm probe's run is a test of its own: a failure on the endpoint's own grounds in
-    # either counts. A scheduled monitoring window ("evidence") is one of many looks: it counts
-    # only through the own-grounds e-CUSUM, at the alarm level.
+    # What a demotion needs. A confirmatory round or an audit is the fresh test an alarm calls for:
+    # a failure on the endpoint's own grounds in it counts, as does a hard rule. A scheduled run is
+    # one of many looks: an alarm probe's failure counts when it repeats that probe's own alarm (or
+    # on probation, which any alarm ends), a monitoring window ("evidence") only through the
+    # own-grounds e-CUSUM at the alarm level. Otherwise one chance failure among the many rounds an
+    # endpoint the reference always fails spends SUSPECT would demote it.
     fresh = confirm or trigger != "schedule"
 
     def counts(r: ProbeResult) -> bool:
-        return r.grounds == "self" and (fresh or r.effect != "evidence")
+        repeat = r.effect != "evidence" and (r.probe in evidence.suspects or state == "probation")
+        return r.grounds == "self" and (fresh or r.effect == "demote" or repeat)
 
     independent = [_describe(r) for r in failed if counts(r)]
     independent += [f"{p} own-grounds e-CUSUM {own[p]:.3g}" for p in dict.fromkeys((*demote, *alarms))
@@ -152,7 +155,7 @@ def decide(
     trigger: str = "schedule",
 ) -> Decision:
     """The next state of one endpoint after a round of probe results (see the module docstring)."""
-    rnd = _tally(evidence, results, confirm=confirm, trigger=trigger, now=now, settings=settings)
+    rnd = _tally(evidence, results, confirm=confirm, trigger=trigger, now=now, settings=settings, state=health.state)
     ev = rnd.evidence
     if health.manual:
         return Decision(None, ev, "pinned by an operator", None)

@@ -255,3 +255,15 @@ def test_one_scheduled_own_window_does_not_demote_but_a_confirmatory_failure_doe
     assert window.to_state is None, window.reason
     confirmed = decide(at("suspect"), ev, [DRIFT_REF, FIDELITY_FAIL], confirm=True, now=NOW, settings=S)
     assert confirmed.to_state == "demoted" and "confirmed independently by fidelity fail" in confirmed.reason
+
+
+def test_a_chance_alarm_probe_failure_does_not_confirm_a_reference_alarm_until_it_repeats() -> None:
+    """SUSPECT on the reference; a scheduled tool-call run fails once (at its alpha, by chance): that
+    is a new alarm to re-run, not a confirmation. The same probe failing again does confirm."""
+    tools_fail = r("toolcalls", "fail", "suspect", p=0.01)
+    ev = EvidenceState({"logprob_drift": 700.0}, suspects=("logprob_drift",))
+    once = decide(at("suspect"), ev, [DRIFT_REF, tools_fail], confirm=False, now=NOW, settings=S)
+    assert once.to_state is None and "toolcalls" in once.confirm_for, once.reason
+    again = decide(at("suspect"), replace(once.evidence, cusum={"logprob_drift": 700.0}), [DRIFT_REF, tools_fail],
+                   confirm=False, now=NOW + 60, settings=S)
+    assert again.to_state == "demoted" and "confirmed independently by toolcalls fail" in again.reason, again.reason
