@@ -162,10 +162,11 @@ def decide(
     if not rnd.quality:
         return Decision(None, ev, "no quality evidence this round (errors or inconclusive only)", None)
 
-    # A reference-only hold: scheduled rounds with nothing failing on the endpoint's own grounds
-    # ask for no new confirmatory round until it ends.
-    holding = (not confirm and trigger == "schedule" and now < ev.held_until
-               and not any(r.grounds == "self" for r in rnd.failed))
+    # A reference-only hold: until it ends, scheduled rounds ask for no new confirmatory round
+    # unless own-grounds evidence counts (rnd.independent) or an alarm probe fails on its own grounds
+    # (its alarm gets its re-run); one monitoring window failing by chance is not enough.
+    holding = (not confirm and trigger == "schedule" and now < ev.held_until and not rnd.independent
+               and not any(r.grounds == "self" and r.effect != "evidence" for r in rnd.failed))
 
     def move(state: HealthState, reason: str, evidence: EvidenceState, confirm_for: tuple[str, ...] = ()) -> Decision:
         if holding and confirm_for:

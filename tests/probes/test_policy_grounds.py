@@ -238,8 +238,16 @@ def test_a_reference_only_hold_stops_asking_for_confirmatory_rounds_until_it_end
                        now=NOW + t, settings=HOLD)
         assert later.confirm_for == () and "reference-only hold" in later.reason, later.reason
         assert later.evidence.held_until == NOW + 3600  # not extended
-    own = decide(at("suspect"), ev, [DRIFT_REF, FIDELITY_FAIL], confirm=False, now=NOW + 60, settings=HOLD)
-    assert own.confirm_for, own.reason
+    window = decide(at("suspect"), ev, [DRIFT_REF, FIDELITY_FAIL], confirm=False, now=NOW + 60, settings=HOLD)
+    assert window.confirm_for == (), window.reason  # one own window failing by chance: still held
+    tools = decide(at("suspect"), ev, [DRIFT_REF, r("toolcalls", "fail", "suspect", p=0.01)], confirm=False,
+                   now=NOW + 60, settings=HOLD)
+    assert "toolcalls" in tools.confirm_for, tools.reason  # an alarm probe's own alarm gets its re-run
+    # Own-grounds evidence accumulated to the alarm level (the e-CUSUM is never below its own part).
+    built = {"fidelity": 2 * HOLD.suspect_e}
+    strong = decide(at("suspect"), replace(ev, cusum=built, own=built), [DRIFT_REF, FIDELITY_FAIL],
+                    confirm=False, now=NOW + 60, settings=HOLD)
+    assert "fidelity" in strong.confirm_for, strong.reason  # the hold gives way
     audit = decide(at("suspect"), ev, [DRIFT_REF], confirm=False, now=NOW + 60, settings=HOLD, trigger="manual")
     assert audit.confirm_for, audit.reason
     after = decide(at("suspect"), ev, [DRIFT_REF], confirm=False, now=NOW + 3601, settings=HOLD)
