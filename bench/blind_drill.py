@@ -14,10 +14,12 @@ which also serves every fault. Faults are the testbed's (probes/testbed/faults.p
     nice -n 10 .venv/bin/python bench/blind_drill.py --quick --seeds 0     # a few endpoints
     nice -n 10 .venv/bin/python bench/blind_drill.py --set weights --seeds 0 1 2 --json w.json
     nice -n 10 .venv/bin/python bench/blind_drill.py --set behaviour --seeds 0 --json b.json
+    nice -n 10 .venv/bin/python bench/blind_drill.py --set truncation --seeds 0 1 --json t.json
     .venv/bin/python bench/blind_drill.py --report w.json b.json            # pool saved runs
 
 Sets (`SETS`): `weights` (honest engines and the distribution faults, drift + fidelity), `behaviour`
-(two honest engines, tool corruption, truncation, loops; sentinels + toolcalls), `all` (every
+(two honest engines, tool corruption, truncation, loops; sentinels + toolcalls), `truncation` (two
+honest engines and silent cuts to half the window, tail or head kept; sentinels only), `all` (every
 endpoint, all four probes: about 4-9 minutes an audit here).
 
 Prints per seed and pooled the confusion matrix (honest/faulty x healthy/suspect/demoted), the
@@ -97,6 +99,12 @@ FAULTY = (
     Kind("20% loops", "loops", fault={"loop": {"rate": 0.2}}),
     Kind("logit noise sigma 0.3", "logit noise", fault={"logit_noise": 0.3}),
 )
+# The head-keeping twin of FAULTY[4] (it loses the question, not early needles): the truncation set only.
+HEAD_CUT = Kind(
+    "silent truncation to 1024 tokens (head kept)",
+    "truncation",
+    fault={"truncate_prompt": {"tokens": N_CTX // 2, "keep": "head", "report": "original"}},
+)
 QUICK = (HONEST[0], HONEST[2], FAULTY[0], FAULTY[2])
 # Blind sets: each is drilled on its own, every endpoint of a set audited with the same probes.
 # `weights`: the faults in the model's distribution, with the probes meant for them (the issue's
@@ -104,6 +112,7 @@ QUICK = (HONEST[0], HONEST[2], FAULTY[0], FAULTY[2])
 SETS: Mapping[str, tuple[tuple[Kind, ...], str]] = {
     "weights": (HONEST + FAULTY[:3] + FAULTY[6:], "logprob_drift,fidelity"),
     "behaviour": ((HONEST[2], HONEST[0], *FAULTY[3:6]), "sentinels,toolcalls"),
+    "truncation": ((HONEST[2], HONEST[0], FAULTY[4], HEAD_CUT), "sentinels"),
     "all": (HONEST + FAULTY, PROBES),
 }
 
@@ -189,6 +198,8 @@ def record(e: Endpoint, run: dict[str, Any], seconds: float) -> dict[str, Any]:
             "verdict": r["verdict"],
             "p_value": r.get("p_value"),
             "statistic": r.get("statistic"),
+            # The sentinels' findings (needle:truncation, loops:loops, ...): which of its checks failed.
+            "findings": (r.get("details") or {}).get("findings"),
             "why": (r.get("details") or {}).get("error")
             or (r.get("details") or {}).get("skipped")
             or (r.get("details") or {}).get("reason"),

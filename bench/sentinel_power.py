@@ -3,10 +3,11 @@
 - loops: the one-sided binomial test (`probes.sentinels.loops.loop_test`) on the default plan
   (4 prompts x 25 T=0 requests + 2 prompts x 25 seeded samples = 150 responses) against a clean
   reference, for injected loop rates r and an honest stack that loops now and then (share b);
-- needle: `judge_retrieval` over the default grid (sizes halving to 128, depths 0.1/0.5/0.9) for a
-  small model that retrieves each cell with probability `retrieval` on the reference and on the
-  endpoint independently (nondeterminism across stacks), with and without a truncation
-  (keep head or tail, cut at a quarter of the largest size);
+- needle: `judge_retrieval` over the default grid (sizes halving to 128 plus 0.85 and 0.7 of the
+  largest, depths 0.05/0.5/0.9) for a small model that retrieves each cell with probability
+  `retrieval` on the reference and on the endpoint independently (nondeterminism across stacks),
+  with and without a truncation (keep head or tail, cut at a quarter of the largest size or at
+  half the window);
 - usage: `check_linear` with per-prompt noise in the reported counts (a tokenizer that is not
   quite linear in ours), with and without a truncation at a quarter of the largest size.
 
@@ -54,6 +55,7 @@ def grid() -> list[int]:
     return plan_sizes(
         WINDOW, slope=SLOPE, intercept=INTERCEPT, max_tokens=n.max_tokens, margin_tokens=n.margin_tokens,
         margin_share=n.margin_share, min_size=n.min_size, shrink=n.shrink, cap=n.max_prompt_tokens,
+        upper_shares=n.upper_shares,
     )
 
 
@@ -104,13 +106,14 @@ def main() -> None:
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     cut = int(grid()[-1] * SLOPE / 4)
+    half = int(WINDOW / 2 / SLOPE)  # in local tokens, as the sizes: half the window reported
     figures: dict[str, dict[str, float]] = {"loops": {}, "needle": {}, "usage": {}}
     for honest in (0.0, 0.002, 0.005):
         for injected in (0.0, 0.01, 0.02, 0.05, 0.1):
             figures["loops"][f"honest={honest} injected={injected}"] = loop_rate(args.runs, rng, honest, injected)
     for retrieval in (1.0, 0.9, 0.7):
         for keep in ("head", "tail"):
-            for c in (None, cut):
+            for c in (None, cut, half):
                 if c is None and keep == "tail":
                     continue
                 label = f"retrieval={retrieval} " + (f"cut={c} keep={keep}" if c else "honest")

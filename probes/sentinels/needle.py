@@ -38,15 +38,17 @@ class NeedleCell:
 
 def plan_sizes(
     window: int, *, slope: float, intercept: float, max_tokens: int, margin_tokens: int, margin_share: float,
-    min_size: int, shrink: float, cap: int,
+    min_size: int, shrink: float, cap: int, upper_shares: Sequence[float] = (),
 ) -> list[int]:
     """Filler sizes (local tokens), ascending: the largest that fits the window with a margin,
-    then shrinking by `shrink` down to `min_size`, which is always included."""
+    then shrinking by `shrink` down to `min_size`, which is always included, and besides that
+    ladder the sizes at `upper_shares` of the largest (a cut between half and the whole window
+    then falls between sizes, not only below the largest)."""
     room = (window - max_tokens - margin_tokens) * (1 - margin_share) - intercept
     largest = min(cap, int(room / slope)) if slope > 0 else min_size
     if largest <= min_size:
         return [max(16, largest)]
-    sizes = []
+    sizes = [int(largest * share) for share in upper_shares if largest * share > min_size]
     size = float(largest)
     while size > min_size:
         sizes.append(int(size))

@@ -130,7 +130,7 @@ class SentinelsProbe:
         sizes = needle.plan_sizes(
             ctx.endpoint.deployment.context_window, slope=slope, intercept=max(0.0, intercept), max_tokens=n.max_tokens,
             margin_tokens=n.margin_tokens, margin_share=n.margin_share, min_size=n.min_size, shrink=n.shrink,
-            cap=n.max_prompt_tokens,
+            cap=n.max_prompt_tokens, upper_shares=n.upper_shares,
         )
         plan = await asyncio.to_thread(
             needle.build_bodies, sizes, n.depths, ctx.rng, self._counter.count_text, digits=n.code_digits,

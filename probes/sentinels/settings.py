@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from kernel.frozen import Frozen
 
@@ -21,10 +21,19 @@ class UsageSettings(Frozen):
 
 
 class NeedleSettings(Frozen):
-    depths: tuple[float, ...] = (0.1, 0.5, 0.9)
+    # A cut that keeps the prompt's tail to C tokens loses a needle at depth d once (1 - d) * size
+    # exceeds C, so only an early needle reveals a cut above half the window: at depth 0.05 every
+    # prompt longer than ~1.05 C loses it (at 0.5, only those longer than 2 C). A cut that keeps
+    # the head loses the question at every depth; one that drops the middle ("middle-out") loses
+    # the 0.5 needle; 0.9 is the recency control (it survives a tail cut).
+    depths: tuple[float, ...] = Field((0.05, 0.5, 0.9), max_length=8)
     # Sizes halve from the largest down to `min_size` (local cl100k tokens), which is always probed.
     min_size: int = Field(128, ge=32)
     shrink: float = Field(2.0, gt=1)
+    # And besides that ladder, sizes at these shares of the largest: with the largest at ~0.86 of
+    # the window, prompts at ~0.86, 0.73 and 0.6 of it sit between half and the whole window, so a
+    # tail-keeping cut to half loses the early needle of three sizes, not of the largest alone.
+    upper_shares: tuple[float, ...] = Field((0.85, 0.7), max_length=8)
     # The largest size stays this far below the advertised window (tokens), plus `max_tokens`.
     margin_tokens: int = Field(64, ge=0)
     # And this share below it, for the gap between the endpoint's tokenizer and ours.
@@ -35,6 +44,20 @@ class NeedleSettings(Frozen):
     code_digits: int = Field(6, ge=3, le=12)
     # A truncation pattern needs at least this many retrievals lost against the expectation.
     min_lost: int = Field(2, ge=1)
+
+    @field_validator("depths")
+    @classmethod
+    def _depths_in_the_prompt(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if any(not 0 <= d <= 1 for d in v):
+            raise ValueError("each depth is a share of the filler, between 0 and 1")
+        return v
+
+    @field_validator("upper_shares")
+    @classmethod
+    def _shares_below_the_largest(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if any(not 0 < s < 1 for s in v):
+            raise ValueError("each upper share is a share of the largest size, strictly between 0 and 1")
+        return v
 
 
 class LoopSettings(Frozen):

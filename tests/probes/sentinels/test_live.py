@@ -28,7 +28,12 @@ N_CTX = 512
 # question (keep head) or the needle at depth 0.1 (keep tail, about 44 tokens in) of the middle
 # one, and loses both depths of the largest.
 CUT = 120
-NEEDLE = NeedleSettings(depths=(0.1, 0.5), min_size=48, shrink=2.8)
+NEEDLE = NeedleSettings(depths=(0.1, 0.5), min_size=48, shrink=2.8, upper_shares=())
+# The default depths (0.05, 0.5, 0.9) and upper shares (0.85, 0.7) on the same ladder: sizes 48,
+# 127, about 250, 300 and 360 local tokens (about 105, 187, 310, 365 and 420 SmolLM2 tokens).
+# Keeping the last half of the window (256 tokens) loses the 0.05 needle of the three largest
+# (the 0.5 one survives: 0.5 x 420 < 256); the 127 size keeps all.
+HALF = NeedleSettings(min_size=48, shrink=2.8)
 FIT = UsageSettings(fit_sizes=(16, 64))  # about 53 and 100 tokens: below the cut
 BRIEF = "Be brief."
 DAYS = ("List the days of the week, one per line.",)
@@ -104,6 +109,22 @@ async def test_a_silent_truncation_is_demoted_on_the_first_run(testbed, memo, ke
     assert result.details["needle"]["last_kept_size"] == 48
     expected_usage = "flattened" if report == "processed" else "linear"
     assert result.details["usage"]["finding"] == expected_usage
+
+
+async def test_a_tail_keeping_cut_to_half_the_window_is_demoted(testbed, memo):
+    settings = SentinelSettings(usage=FIT, needle=HALF, loops=FEW_LOOPS)
+    fault = {"truncate_prompt": {"tokens": N_CTX // 2, "keep": "tail", "report": "original"}}
+    result, counts = await run(testbed, memo, settings, fault)
+    assert counts.get("truncate_prompt", 0) > 0
+    needle = result.details["needle"]
+    # The reference retrieves every cell of the three sizes above half the window (48@0.05, the
+    # needle in the first sentence of a 48-token filler, it misses: that cell carries no signal).
+    upper = [c for c in needle["cells"] if c["size"] > 200]
+    assert len(upper) == 9 and all(c["expected"] for c in upper), needle["cells"]
+    assert (result.verdict, result.effect) == ("fail", "demote"), needle
+    assert needle["finding"] == "truncation"
+    assert len(needle["lost"]) >= 3 and all(int(k.split("@")[0]) > 200 for k in needle["lost"])
+    assert needle["last_kept_size"] == 127
 
 
 async def test_loops_at_five_percent_are_detected(testbed, memo):

@@ -15,6 +15,17 @@ def test_sizes_halve_from_what_fits_the_window_down_to_the_minimum():
     assert sizes[-2] == largest // 2
 
 
+def test_upper_shares_add_sizes_between_half_and_the_whole_window():
+    ladder = plan_sizes(2048, slope=1.2, intercept=20, **PLAN)
+    sizes = plan_sizes(2048, slope=1.2, intercept=20, upper_shares=(0.85, 0.7), **PLAN)
+    largest = ladder[-1]
+    assert sizes == sorted({*ladder, int(0.85 * largest), int(0.7 * largest)})
+    above_half = [s for s in sizes if 20 + 1.2 * s > 2048 / 2]
+    assert len(above_half) == 3  # the ladder alone has one: the largest
+    # Shares that would fall below the minimum size add nothing.
+    assert plan_sizes(400, slope=1.0, intercept=0, upper_shares=(0.1,), **PLAN) == plan_sizes(400, slope=1.0, intercept=0, **PLAN)
+
+
 def test_sizes_respect_the_cap_and_a_tiny_window():
     assert plan_sizes(1_000_000, slope=1.0, intercept=0, **PLAN)[-1] == 32_768
     assert plan_sizes(200, slope=1.0, intercept=0, **PLAN) == [max(16, int((200 - 80) * 0.9))]

@@ -76,6 +76,17 @@ async def test_a_truncating_endpoint_is_demoted_on_the_first_run(counter, keep, 
         assert result.details["usage"]["finding"] == "linear"
 
 
+@pytest.mark.parametrize("keep", ["head", "tail"])
+async def test_a_silent_cut_to_half_the_window_is_demoted_on_the_first_run(counter, keep):
+    # Keeping the last half loses only needles in the prompt's first part, and only in prompts
+    # longer than half the window: the grid must hold several such cells.
+    lm = FakeLM(counter=counter, truncate={"tokens": WINDOW // 2, "keep": keep, "report": "original"})
+    result = await probe(counter).run(context(lm, FakeLM(counter=counter)))
+    assert (result.verdict, result.effect) == ("fail", "demote"), result.details["needle"]
+    assert result.details["needle"]["finding"] == "truncation"
+    assert all(1.2 * int(key.split("@")[0]) > WINDOW // 2 for key in result.details["needle"]["lost"])
+
+
 async def test_truncation_is_found_against_the_frozen_baseline_without_a_reference(counter):
     baselines = MemoryBaselines()
     first = await probe(counter).run(context(FakeLM(counter=counter), baselines=baselines))
