@@ -6,7 +6,9 @@ temperature."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from probes.base import Effect, Outcome, ProbeContext, ProbeResult
@@ -91,9 +93,11 @@ class Fidelity:
             reason = "every request failed" if errors == spent["requests"] else "no answer carried logprobs"
             return result(self, "error", Outcome(statistic=0.0), spent, alpha, error=reason)
 
-        outcome = fidelity_test(
-            counts, tops[0], settings.temperature, min_p=settings.tolerated_min_p, top_k=settings.tolerated_top_k
-        )
+        # Up to ~20 likelihood fits (a few ms to tens on a busy machine): off the event loop.
+        outcome = await asyncio.to_thread(partial(
+            fidelity_test, counts, tops[0], settings.temperature, min_p=settings.tolerated_min_p,
+            top_k=settings.tolerated_top_k,
+        ))
         verdict, outcome = judged(outcome, alpha, ctx.settings.health)
         return result(
             self, verdict, outcome, spent, alpha,

@@ -48,17 +48,29 @@ def logprobs_reason(endpoint: Endpoint) -> str | None:
     return None
 
 
+# The most top logprobs an answer may carry (the OpenAI API's cap); an upstream sending more gets
+# its largest this many read, so a hostile list cannot make the statistics' work grow.
+MAX_TOP_LOGPROBS = 20
+
+
 def first_token(response: Mapping[str, Any]) -> tuple[str | None, dict[str, float]]:
-    """(sampled token, {token: logprob} of its top logprobs) at the first position; ({}) if absent."""
+    """(sampled token, {token: logprob} of its top logprobs) at the first position; ({}) if absent.
+    Only finite logprobs count (NaN, +inf and -inf entries are left out), at most MAX_TOP_LOGPROBS."""
     try:
         entry = response["choices"][0]["logprobs"]["content"][0]
-    except (KeyError, IndexError, TypeError):
+        items = entry.get("top_logprobs") or ()
+        items = items[: 64 * MAX_TOP_LOGPROBS] if isinstance(items, list) else ()
+    except (KeyError, IndexError, TypeError, AttributeError):
         return None, {}
     top: dict[str, float] = {}
-    for item in entry.get("top_logprobs") or ():
+    for item in items:
+        if not isinstance(item, dict):
+            continue
         token, lp = item.get("token"), item.get("logprob")
-        if isinstance(token, str) and isinstance(lp, int | float):
+        if isinstance(token, str) and isinstance(lp, int | float) and not isinstance(lp, bool) and math.isfinite(lp):
             top[token] = max(float(lp), top.get(token, float("-inf")))
+    if len(top) > MAX_TOP_LOGPROBS:
+        top = dict(sorted(top.items(), key=lambda kv: kv[1], reverse=True)[:MAX_TOP_LOGPROBS])
     token = entry.get("token")
     return (token if isinstance(token, str) else None), top
 

@@ -47,6 +47,21 @@ def test_first_token_reads_the_first_position():
     assert first_token({"choices": [{"message": {"content": "a"}}]}) == (None, {})
 
 
+def test_first_token_keeps_finite_logprobs_and_at_most_twenty() -> None:
+    """A hostile upstream: NaN and infinite logprobs (json.loads takes them) are left out, and
+    thousands of entries are cut to the 20 largest (the fidelity test's cost grows with them:
+    2,000 entries kept its test 4.8 s on the event loop)."""
+    body = chat_json("a", top={"a": -0.1, "b": -2.5})
+    entries = body["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+    entries += [{"token": "nan", "logprob": float("nan")}, {"token": "inf", "logprob": float("inf")},
+                {"token": "-inf", "logprob": float("-inf")}, {"token": "bool", "logprob": True}, "junk"]
+    entries += [{"token": f"t{i}", "logprob": -3.0 - i / 1000} for i in range(2000)]
+    token, top = first_token(json.loads(json.dumps(body)))
+    assert token == "a"
+    assert len(top) == 20 and top["a"] == -0.1 and top["b"] == -2.5 and "t17" in top and "t18" not in top
+    assert not {"nan", "inf", "-inf", "bool"} & set(top)
+
+
 async def test_first_run_freezes_the_golden_window():
     seen = []
     baselines = MemoryBaselines()
