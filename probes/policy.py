@@ -127,11 +127,26 @@ def _tally(
         return r.grounds == "self" and (fresh or r.effect == "demote" or repeat)
 
     independent = [_describe(r) for r in failed if counts(r)]
+    # Own-grounds evidence alone: at the alarm level for a fresh test (and on probation, which any
+    # alarm ends), at the demotion level in a scheduled round (where it demotes with no reference).
+    level = settings.suspect_e if fresh or state == "probation" else settings.demote_e
     independent += [f"{p} own-grounds e-CUSUM {own[p]:.3g}" for p in dict.fromkeys((*demote, *alarms))
-                    if own.get(p, 0.0) >= settings.suspect_e and not any(r.probe == p and counts(r) for r in failed)]
+                    if own.get(p, 0.0) >= level and not any(r.probe == p and counts(r) for r in failed)]
     new = replace(evidence, cusum=cusum, errors=errors, last_error=last_error, updated=now,
                   own={p: m for p, m in own.items() if p in cusum})
     return _Round(new, quality, failed, tuple(alarms), tuple(demote), tuple(independent))
+
+
+def _still_suspect(probes: Sequence[str], rnd: _Round) -> tuple[str, ...]:
+    """The suspects after this round: a probe that passed its run in it (and raises no alarm) is no
+    longer one, so a later chance failure of it is a new alarm, not a repeat that demotes."""
+    cleared = {r.probe for r in rnd.quality if r.verdict == "pass"} - {r.probe for r in rnd.failed} - set(rnd.alarms)
+    return tuple(p for p in dict.fromkeys(probes) if p not in cleared)
+
+
+def _strong(r: ProbeResult, settings: HealthSettings) -> bool:
+    """A failure at the confirmatory level: enough to ask for a confirmatory round during a hold."""
+    return r.p_value is not None and r.p_value <= settings.confirm_alpha
 
 
 def _describe(r: ProbeResult) -> str:
@@ -166,7 +181,8 @@ def decide(
     # unless own-grounds evidence counts (rnd.independent) or an alarm probe fails on its own grounds
     # (its alarm gets its re-run); one monitoring window failing by chance is not enough.
     holding = (not confirm and trigger == "schedule" and now < ev.held_until and not rnd.independent
-               and not any(r.grounds == "self" and r.effect != "evidence" for r in rnd.failed))
+               and not any(r.grounds == "self" and (r.effect != "evidence" or _strong(r, settings)) for r in rnd.failed)
+               and not any(ev.own.get(p, 0.0) >= settings.suspect_e for p in rnd.alarms))
 
     def move(state: HealthState, reason: str, evidence: EvidenceState, confirm_for: tuple[str, ...] = ()) -> Decision:
         if holding and confirm_for:
@@ -185,7 +201,8 @@ def decide(
         """To DEMOTED with independent evidence (named in the reason when a reference disagreement
         is part of it); without, the endpoint holds at `hold` and its reference-only e-CUSUMs restart."""
         if rnd.independent:
-            also = f"; confirmed independently by {', '.join(rnd.independent)}" if reference else ""
+            by_cusum = any("own-grounds e-CUSUM" in i for i in rnd.independent)
+            also = f"; confirmed independently by {', '.join(rnd.independent)}" if reference or by_cusum else ""
             return move("demoted", why + also, evidence)
         kept = replace(evidence, cusum={p: m for p, m in evidence.cusum.items() if evidence.grounded(p)},
                        clean_rounds=0)
@@ -202,7 +219,7 @@ def decide(
             return move(hold, why, kept)
         if not holding:
             kept = replace(kept, held_until=now + settings.reference_hold_seconds)
-        suspects = tuple(dict.fromkeys((*evidence.suspects, *(r.probe for r in rnd.failed), *rnd.alarms)))
+        suspects = _still_suspect((*evidence.suspects, *(r.probe for r in rnd.failed), *rnd.alarms), rnd)
         return move("suspect", why, replace(kept, suspects=suspects), suspects)
 
     if state == "demoted":  # any failure on its own grounds keeps it there (the way back is cautious)
@@ -241,7 +258,7 @@ def decide(
     if state == "suspect" and again:
         return demote(f"alarming probe failed again while suspect: {', '.join(map(_describe, again))}", ev)
     if rnd.alarms:
-        suspects = tuple(dict.fromkeys((*ev.suspects, *rnd.alarms)))
+        suspects = _still_suspect((*ev.suspects, *rnd.alarms), rnd)
         why = f"alarm from {', '.join(rnd.alarms)}: {failures or peak} (suspect at {settings.suspect_e:g})"
         return move("suspect", why, replace(ev, suspects=suspects), suspects)
     if state == "suspect":  # the confirmatory round has not happened (or only errored): ask again

@@ -100,15 +100,16 @@ def test_reference_only_e_cusum_past_demote_e_stays_suspect() -> None:
     assert "logprob_drift e-CUSUM 7.35e+03" in d.reason and d.evidence.cusum == {}
     grounded = decide(
         at("suspect"),
-        EvidenceState({"logprob_drift": 700.0}, own={"logprob_drift": 2 * S.suspect_e}),
+        EvidenceState({"logprob_drift": 700.0}, own={"logprob_drift": 2 * S.demote_e}),
         [DRIFT_REF],
         confirm=False,
         now=NOW,
         settings=S,
     )
     assert grounded.to_state == "demoted", grounded.reason
-    assert "confirmed independently by logprob_drift own-grounds e-CUSUM 20" in grounded.reason
-    weak = decide(at("suspect"), EvidenceState({"logprob_drift": 700.0}, own={"logprob_drift": 2 * S.suspect_e - 1}),
+    assert "confirmed independently by logprob_drift own-grounds e-CUSUM 720" in grounded.reason
+    # In a scheduled round own-grounds evidence alone counts at demote_e (a confirmatory round: suspect_e).
+    weak = decide(at("suspect"), EvidenceState({"logprob_drift": 700.0}, own={"logprob_drift": 2 * S.demote_e - 1}),
                   [DRIFT_REF], confirm=False, now=NOW, settings=S)
     assert weak.to_state is None and "reference disagreement alone" in weak.reason, weak.reason
 
@@ -205,14 +206,18 @@ def test_one_chance_golden_failure_does_not_ground_a_run_of_reference_only_failu
     assert health.state == "suspect"
 
 
-def test_own_grounds_failures_that_reach_the_alarm_level_demote_through_reference_windows() -> None:
-    """A fault the golden window sees, window after window: the own-grounds e-CUSUM alone reaches the
-    alarm level, so a later reference-only window still demotes on it."""
+def test_own_grounds_failures_that_reach_the_alarm_level_demote_through_the_confirmatory_round() -> None:
+    """A fault the golden window sees, window after window, then windows that fail against the
+    reference only: the own-grounds e-CUSUM is at the alarm level, so the confirmatory round the
+    alarm asks for (the runner's, simulated here) demotes on it."""
     health, ev = at("healthy"), EvidenceState()
     own_fail = r("logprob_drift", "fail", p=0.001, e=10.5)
     demoted_at = None
     for i in range(10):
         d = decide(health, ev, [own_fail if i < 2 else DRIFT_REF], confirm=False, now=NOW + i, settings=S)
+        if d.confirm and d.to_state != "demoted":
+            health = EndpointHealth(d.to_state or health.state, since=NOW + i)
+            d = decide(health, d.evidence, [DRIFT_REF], confirm=True, now=NOW + i, settings=S)
         ev = d.evidence
         if d.to_state is not None:
             health = EndpointHealth(d.to_state, since=NOW + i)
@@ -238,16 +243,19 @@ def test_a_reference_only_hold_stops_asking_for_confirmatory_rounds_until_it_end
                        now=NOW + t, settings=HOLD)
         assert later.confirm_for == () and "reference-only hold" in later.reason, later.reason
         assert later.evidence.held_until == NOW + 3600  # not extended
-    window = decide(at("suspect"), ev, [DRIFT_REF, FIDELITY_FAIL], confirm=False, now=NOW + 60, settings=HOLD)
+    chance = r("fidelity", "fail", p=0.01, e=10.5)
+    window = decide(at("suspect"), ev, [DRIFT_REF, chance], confirm=False, now=NOW + 60, settings=HOLD)
     assert window.confirm_for == (), window.reason  # one own window failing by chance: still held
+    strong = decide(at("suspect"), ev, [DRIFT_REF, FIDELITY_FAIL], confirm=False, now=NOW + 60, settings=HOLD)
+    assert strong.confirm_for, strong.reason  # p = 4e-18, past confirm_alpha: a confirmatory round now
     tools = decide(at("suspect"), ev, [DRIFT_REF, r("toolcalls", "fail", "suspect", p=0.01)], confirm=False,
                    now=NOW + 60, settings=HOLD)
     assert "toolcalls" in tools.confirm_for, tools.reason  # an alarm probe's own alarm gets its re-run
     # Own-grounds evidence accumulated to the alarm level (the e-CUSUM is never below its own part).
     built = {"fidelity": 2 * HOLD.suspect_e}
-    strong = decide(at("suspect"), replace(ev, cusum=built, own=built), [DRIFT_REF, FIDELITY_FAIL],
-                    confirm=False, now=NOW + 60, settings=HOLD)
-    assert "fidelity" in strong.confirm_for, strong.reason  # the hold gives way
+    accumulated = decide(at("suspect"), replace(ev, cusum=built, own=built), [DRIFT_REF, chance],
+                         confirm=False, now=NOW + 60, settings=HOLD)
+    assert "fidelity" in accumulated.confirm_for, accumulated.reason  # the hold gives way
     audit = decide(at("suspect"), ev, [DRIFT_REF], confirm=False, now=NOW + 60, settings=HOLD, trigger="manual")
     assert audit.confirm_for, audit.reason
     after = decide(at("suspect"), ev, [DRIFT_REF], confirm=False, now=NOW + 3601, settings=HOLD)
@@ -275,3 +283,17 @@ def test_a_chance_alarm_probe_failure_does_not_confirm_a_reference_alarm_until_i
     again = decide(at("suspect"), replace(once.evidence, cusum={"logprob_drift": 700.0}), [DRIFT_REF, tools_fail],
                    confirm=False, now=NOW + 60, settings=S)
     assert again.to_state == "demoted" and "confirmed independently by toolcalls fail" in again.reason, again.reason
+
+
+def test_an_alarm_probe_that_passes_its_re_run_is_no_longer_a_suspect() -> None:
+    """Review finding: the suspects only grew, so a tool-call failure months after one that passed
+    its re-run counted as 'failed again' and demoted an endpoint the reference kept SUSPECT."""
+    tools_fail, tools_pass = r("toolcalls", "fail", "suspect", p=0.008), r("toolcalls", "pass", "suspect", p=0.6)
+    d = decide(at("suspect"), EvidenceState({"logprob_drift": 700.0}, suspects=("logprob_drift",)),
+               [DRIFT_REF, tools_fail], confirm=False, now=NOW, settings=S)
+    assert "toolcalls" in d.evidence.suspects
+    confirmed = decide(at("suspect"), d.evidence, [DRIFT_REF, tools_pass], confirm=True, now=NOW, settings=S)
+    assert confirmed.to_state is None and "toolcalls" not in confirmed.evidence.suspects, confirmed.evidence
+    later = decide(at("suspect"), replace(confirmed.evidence, cusum={"logprob_drift": 700.0}), [DRIFT_REF, tools_fail],
+                   confirm=False, now=NOW + 200 * 86_400, settings=S)
+    assert later.to_state != "demoted" and "toolcalls" in later.confirm_for, later.reason
