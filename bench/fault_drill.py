@@ -79,14 +79,15 @@ def config(upstreams: dict[str, FakeUpstream], redis: Redis, pg: Postgres, drain
     engines = [{"name": "local", "model": "smollm2", "served_model_name": ENGINE_MODEL, "replicas": 2,
                 "n_ctx": 1024, "parallel": 4, "n_threads": 1, "restart_backoff_initial": 0.5}]
     # First byte within 1 s: the faulty upstream's 3 s stalls time out and move on. With the engine,
-    # whose first token on a CPU the drill saturates took over 1 s, then over 2 s on a CI machine busy
-    # with other work (504s: no fixed bound under the stall holds there), 10 s: the stalls then cost
-    # their 3 s instead of a fallback, which the latency columns show.
-    first_byte = 10.0 if engine else 1.0
+    # the product's defaults (60 s) instead: the drill saturates the CPU, and a CI machine busy with
+    # other work starved the engine's streams past every tighter bound tried (a first token over 1 s,
+    # then over 2 s, then over 10 s, with the load generator itself 9 s late at p99); the drill is about
+    # failing over, not the engine's speed. The stalls then cost their 3 s, which the latency columns show.
+    first_byte, between_chunks, total = (60.0, 60.0, 120.0) if engine else (1.0, 2.0, 30.0)
     return {
         "server": {"shutdown_timeout_s": 15, "drain_delay_s": drain_delay, "log_level": "warning"},
         "auth": {"keys": [{"name": "drill", "key": KEY}], "admin_key": ADMIN_KEY},
-        "timeouts": {"connect": 0.5, "first_byte": first_byte, "between_chunks": 2.0, "total": 30.0},
+        "timeouts": {"connect": 0.5, "first_byte": first_byte, "between_chunks": between_chunks, "total": total},
         "retry": {"attempts_per_endpoint": 1, "max_attempts": 4, "backoff_base": 0.01, "backoff_max": 0.05},
         "state_store": {"backend": "redis", "url": redis.url, "key_prefix": "drill:"},
         "persistence": {"enabled": True, "flush_interval": 0.2},
@@ -221,7 +222,7 @@ class Drill:
         engine replica 0 (when it has a stream in flight), then wait for its supervisor to have
         restarted it (ready, one restart more)."""
         stop = asyncio.Event()
-        load = Load(self.balancer.url, KEY, ENGINE_MODEL, self.args.engine_rate, stream_share=1.0, timeout=60,
+        load = Load(self.balancer.url, KEY, ENGINE_MODEL, self.args.engine_rate, stream_share=1.0, timeout=150,
                     prompt=PROMPT, max_tokens=self.args.engine_tokens, outcomes=self.engine_outcomes)
         traffic = asyncio.create_task(load.run(3600, stop))
         start = time.monotonic()
@@ -337,6 +338,14 @@ def classify(o: Outcome) -> str | None:
     return o.cause
 
 
+def balancer_errors(workdir: Path, last: int = 10) -> list[str]:
+    """nginx's own account of the upstream errors it answered (its error log's last lines), for a
+    client-visible 502: a reset, a refused connection, a premature close."""
+    log = workdir / "nginx-error.log"
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    return [line[:400] for line in lines if "[error]" in line][-last:]
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -399,15 +408,15 @@ def summarize(drill: Drill, outcomes: list[Outcome], records: Counter[str], faul
 
 
 def table(s: dict[str, Any]) -> str:
-    rows = [f"{'phase':<26} {'sent':>6} {'p50 ms':>8} {'p99 ms':>8} {'+p50':>7} {'+p99':>7}  errors by cause"]
+    rows = [f"{'phase':<26} {'sent':>6} {'p50 ms':>8} {'p99 ms':>8} {'+p50':>7} {'+p99':>7} {'lag p99':>8}  errors by cause"]
     for p in s["phases"]:
         errors = ", ".join(f"{c}: {n}" for c, n in sorted(p["errors"].items())) or "0"
         rows.append(f"{p['phase']:<26} {p['sent']:>6} {p['p50_ms']:>8.1f} {p['p99_ms']:>8.1f} "
-                    f"{p['added_p50_ms']:>+7.1f} {p['added_p99_ms']:>+7.1f}  {errors}")
+                    f"{p['added_p50_ms']:>+7.1f} {p['added_p99_ms']:>+7.1f} {p['start_lag_p99_ms']:>8.0f}  {errors}")
         if p["phase"] == "engine SIGKILL" and (e := s["engine"]):
             errors = ", ".join(f"{c}: {n}" for c, n in sorted(e["errors"].items())) or "0"
             rows.append(f"{'  its engine streams':<26} {e['sent']:>6} {e['p50_ms']:>8.1f} {e['p99_ms']:>8.1f} "
-                        f"{'':>7} {'':>7}  {errors}")
+                        f"{'':>7} {'':>7} {'':>8}  {errors}")
     rows.append("")
     if e := s["engine"]:
         rows.append(f"engine SIGKILL: {e['in_flight_at_kill']} engine streams in flight ({e['victim_processing']:.0f} on "
@@ -466,6 +475,7 @@ def main() -> int:
         if not drill.pg.running:
             drill.pg.start()
         summary = summarize(drill, outcomes, drill.records(), faults)
+        summary["balancer_errors"] = balancer_errors(workdir)
     except BaseException:
         for proc in (*drill.gateways, drill.balancer):
             print(f"--- {proc.name} log tail:\n{proc.log_tail()}", file=sys.stderr)

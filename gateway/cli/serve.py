@@ -16,6 +16,7 @@ from typing import Any
 import uvicorn
 
 from gateway.app import create_app
+from gateway.cli.quiesce import stop_accepting
 from gateway.config import Settings, load_config
 from gateway.engines import all_engine_endpoints
 from gateway.pipeline.auth import open_bind_problem
@@ -143,6 +144,8 @@ class GatewayServer(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.drain.begin()
         self.deadline.start()
+        # Nothing accepted is dropped unanswered (see gateway/cli/quiesce.py); at most a second of the budget.
+        await stop_accepting(self.servers, self.server_state.connections, min(1.0, self.deadline.remaining() / 10))
         await super().shutdown(sockets)
 
 

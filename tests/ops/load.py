@@ -98,6 +98,10 @@ class Load:
         except Exception as exc:  # noqa: BLE001 - every client-visible failure is an outcome
             out.cause = cause_of(exc)
             out.detail = str(exc)[:300]
+        except asyncio.CancelledError:  # still going when the run stopped waiting: not an answer
+            out.cause = "unfinished"
+            out.end = time.monotonic()
+            raise
         out.end = time.monotonic()
         return out
 

@@ -184,3 +184,4 @@ async def test_a_second_signal_cuts_the_drain_delay_short() -> None:
             server.force_exit = True
             await serving
         sock.close()
+
