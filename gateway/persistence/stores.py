@@ -78,6 +78,7 @@ class ProcessStore:
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
         self._killed: list[asyncio.subprocess.Process] = []  # discarded workers, reaped at close
+        self._served = False  # whether the current worker has answered a call (it is past its imports)
 
     async def open(self) -> None:
         # The worker imports SQLAlchemy and the driver on its own: it gets ready while this serves.
@@ -107,6 +108,10 @@ class ProcessStore:
                 pass
         if proc is None or proc.returncode is not None:
             return
+        if not self._served:  # only its config was sent: nothing to lose, no need to wait for its imports
+            proc.kill()
+            await proc.wait()
+            return
         assert proc.stdin is not None
         proc.stdin.close()  # the worker exits at end of input
         try:
@@ -125,6 +130,7 @@ class ProcessStore:
                 await proc.stdin.drain()
                 (size,) = FRAME.unpack(await proc.stdout.readexactly(FRAME.size))
                 reply: dict[str, Any] = orjson.loads(await proc.stdout.readexactly(size))
+                self._served = True
             except BaseException as exc:
                 # A call cut short leaves the pipe mid-frame: start a fresh worker next time.
                 self._discard(proc)
@@ -154,7 +160,7 @@ class ProcessStore:
         assert proc.stdin is not None
         config = self._config.encode()
         proc.stdin.write(FRAME.pack(len(config)) + config)
-        self._proc = proc
+        self._proc, self._served = proc, False
         return proc
 
     def _discard(self, proc: asyncio.subprocess.Process) -> None:

@@ -71,6 +71,26 @@ async def test_open_starts_the_worker_before_any_write(store: ProcessStore, engi
     assert stored(engine) == ["after-open"]
 
 
+async def test_a_worker_that_never_served_is_stopped_at_close_without_waiting_for_its_imports(
+    store: ProcessStore,
+) -> None:
+    # Nothing was sent but its config: it holds nothing, so close ends it at once instead of waiting
+    # (up to 5 s on a busy machine) for it to finish importing SQLAlchemy and read the end of input.
+    await store.open()
+    proc = store._proc  # noqa: SLF001 - the process open started
+    assert proc is not None
+    await store.aclose()
+    assert proc.returncode == -signal.SIGKILL
+
+
+async def test_a_worker_that_served_exits_on_its_own_at_close(store: ProcessStore) -> None:
+    await store.write([(time.time(), record("served"))])
+    proc = store._proc  # noqa: SLF001 - the process that wrote
+    assert proc is not None
+    await store.aclose()
+    assert proc.returncode == 0
+
+
 async def test_a_dead_worker_is_replaced(store: ProcessStore, engine: Engine) -> None:
     await store.write([(time.time(), record("first"))])
     proc = store._proc  # noqa: SLF001 - the test kills it
