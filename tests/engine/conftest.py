@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,8 @@ import openai
 import pytest
 import yaml
 
+from tests.ports import free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL = "smollm2-135m-instruct"
 KEY = "sk-engine-test-key-0001"
@@ -30,12 +31,6 @@ ADMIN_KEY = "sk-engine-admin-key-0002"
 ENGINE_EXECUTABLE = b"llama-server"
 # Start-up: the gateway imports in ~1 s and SmolLM2 loads in ~1 s; generous for a loaded CI box.
 READY_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def gateway_config(port: int, *, replicas: int = 1, engines: list[dict[str, Any]] | None = None, **engine: Any) -> dict[str, Any]:

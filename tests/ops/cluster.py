@@ -23,6 +23,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.ports import free_port  # noqa: F401 - the drill and the ops tests import it from here
+
 ROOT = Path(__file__).resolve().parents[2]
 NGINX_CONF = ROOT / "deploy" / "nginx.conf"
 HAPROXY_CFG = ROOT / "deploy" / "haproxy.cfg"
@@ -38,12 +40,6 @@ def _pg_bin() -> Path:
 
 
 PG_BIN = _pg_bin()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def balancer_binary(kind: str) -> str | None:

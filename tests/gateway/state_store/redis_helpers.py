@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 import uuid
 
 import redis
+
+from tests.ports import free_port
 
 REDIS_URL = os.environ.get("GW_TEST_REDIS", "redis://127.0.0.1:6379/0")
 
@@ -48,12 +49,6 @@ def keys_with_ttl(prefix: str, url: str = REDIS_URL) -> dict[str, int]:
         return {k.decode(): client.pttl(k) for k in client.scan_iter(match=prefix + "*", count=500)}
     finally:
         client.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PrivateRedis:
