@@ -16,6 +16,7 @@ from pathlib import Path
 
 _LOWEST = 10_000  # below: well-known services (PostgreSQL 5432, Redis 6379, 8080...)
 _handed_out: set[int] = set()
+_random = random.SystemRandom()  # a test seeding `random` must not make every process pick alike
 
 
 def _ephemeral_low() -> int:
@@ -29,7 +30,7 @@ def free_port() -> int:
     low = _ephemeral_low()
     if low - _LOWEST >= 1_000:
         for _ in range(200):
-            port = random.randrange(_LOWEST, low)
+            port = _random.randrange(_LOWEST, low)
             if port in _handed_out:
                 continue
             with socket.socket() as sock:

@@ -39,29 +39,46 @@ def _listener_fds(servers: Iterable[asyncio.AbstractServer]) -> list[int]:
     return [sock.fileno() for server in servers for sock in (getattr(server, "sockets", None) or ())]
 
 
-def _unread_idle(connections: Iterable[Any]) -> bool:
-    """Whether a connection with no request in progress has bytes waiting (a request to read)."""
+def _awaiting_a_request(connections: Iterable[Any]) -> bool:
+    """Whether a connection with no request in progress has one to come: it never had one (a
+    balancer connects, then writes; on a busy machine it can be descheduled in between), or bytes
+    of its next one wait in the socket. An idle kept-alive connection with nothing waiting has none."""
+    fds = []
     for conn in list(connections):
-        cycle, transport = getattr(conn, "cycle", None), getattr(conn, "transport", None)
+        if not hasattr(conn, "cycle"):  # not an HTTP/1.1 protocol (a WebSocket): nothing to wait for
+            continue
+        cycle, transport = conn.cycle, getattr(conn, "transport", None)
         if transport is None or transport.is_closing() or (cycle is not None and not cycle.response_complete):
             continue
-        sock = transport.get_extra_info("socket")
-        if sock is not None and _readable([sock.fileno()]):
+        if cycle is None:
             return True
-    return False
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            fds.append(sock.fileno())
+    return _readable(fds)
+
+
+async def _turn(turns: int) -> None:
+    # The first turns only yield (what is waiting is usually read within a few); later ones sleep a
+    # little, so a peer that keeps the wait going does not spin a core for the whole limit.
+    await asyncio.sleep(0 if turns < 10 else 0.001)
 
 
 async def stop_accepting(servers: Sequence[asyncio.AbstractServer], connections: Iterable[Any], limit: float) -> None:
     """Accept what the listeners queued, close them, then let accepted connections read their
-    requests; the waits end after `limit` seconds in all (a peer that keeps connecting or sending)."""
+    requests; the waits end after `limit` seconds in all (a peer that keeps connecting, or that
+    connected and sends nothing)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + limit
     fds = _listener_fds(servers)
-    quiet = 0
+    quiet = turns = 0
     while quiet < _QUIET_TURNS and loop.time() < end:
-        await asyncio.sleep(0)  # the loop accepts what is queued and builds its transports
+        await _turn(turns)  # the loop accepts what is queued and builds its transports
+        turns += 1
         quiet = 0 if _readable(fds) else quiet + 1
     for server in servers:
         server.close()
-    while _unread_idle(connections) and loop.time() < end:
-        await asyncio.sleep(0)
+    turns = 0
+    while _awaiting_a_request(connections) and loop.time() < end:
+        await _turn(turns)
+        turns += 1

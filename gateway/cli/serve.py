@@ -145,7 +145,8 @@ class GatewayServer(uvicorn.Server):
         self.drain.begin()
         self.deadline.start()
         # Nothing accepted is dropped unanswered (see gateway/cli/quiesce.py); at most a second of the budget.
-        await stop_accepting(self.servers, self.server_state.connections, min(1.0, self.deadline.remaining() / 10))
+        if not self.force_exit:  # a second signal: no waiting
+            await stop_accepting(self.servers, self.server_state.connections, min(1.0, self.deadline.remaining() / 10))
         await super().shutdown(sockets)
 
 

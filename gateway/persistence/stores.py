@@ -108,7 +108,7 @@ class ProcessStore:
                 pass
         if proc is None or proc.returncode is not None:
             return
-        if not self._served:  # only its config was sent: nothing to lose, no need to wait for its imports
+        if not self._served and not self._lock.locked():  # only its config was sent: nothing to lose
             proc.kill()
             await proc.wait()
             return

@@ -126,6 +126,7 @@ class Load:
         finally:
             for task in tasks:
                 task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)  # each records itself as unfinished
             await client.close()
         return self.outcomes
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import time
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 import uvicorn
 import uvloop
 
+from gateway.cli.quiesce import stop_accepting
 from gateway.cli.serve import GatewayServer
 from kernel.tasks import Deadline, Drain
 
@@ -121,6 +123,53 @@ async def an_idle_connection_is_closed_at_shutdown() -> None:
         await server.shutdown()
         assert await asyncio.to_thread(answer_of, client) == b""  # closed cleanly, no reset
         assert time.monotonic() - began < 2.0
+    finally:
+        client.close()
+        await stop(server, serving, sock)
+
+
+@on_each_loop
+def test_a_request_written_just_after_the_shutdown_began_is_answered(run: Any) -> None:
+    run(a_request_written_just_after_the_shutdown_began_is_answered())
+
+
+async def a_request_written_just_after_the_shutdown_began_is_answered() -> None:
+    # A balancer connects, then writes: on a busy machine it can be descheduled in between.
+    server, sock, serving = await serving_ok_app()
+    client = socket.create_connection(sock.getsockname(), timeout=5)
+    try:
+        async with asyncio.timeout(5):
+            while not server.server_state.connections:  # accepted, nothing sent yet
+                await asyncio.sleep(0.001)
+        writer = threading.Timer(0.05, client.sendall, (REQUEST,))
+        writer.start()
+        await server.shutdown()
+        writer.join()
+        got = await asyncio.to_thread(answer_of, client)
+        assert got.startswith(b"HTTP/1.1 200") and got.endswith(b"ok"), got
+    finally:
+        client.close()
+        await stop(server, serving, sock)
+
+
+@on_each_loop
+def test_a_connection_that_never_sends_is_waited_for_up_to_the_limit(run: Any) -> None:
+    run(a_connection_that_never_sends_is_waited_for_up_to_the_limit())
+
+
+async def a_connection_that_never_sends_is_waited_for_up_to_the_limit() -> None:
+    server, sock, serving = await serving_ok_app()
+    client = socket.create_connection(sock.getsockname(), timeout=5)
+    try:
+        async with asyncio.timeout(5):
+            while not server.server_state.connections:
+                await asyncio.sleep(0.001)
+        limit = 0.3
+        began = asyncio.get_running_loop().time()
+        await stop_accepting(server.servers, server.server_state.connections, limit)
+        assert asyncio.get_running_loop().time() - began >= limit  # it waited for a request to come
+        await server.shutdown()
+        assert await asyncio.to_thread(answer_of, client) == b""  # then closed, nothing was sent
     finally:
         client.close()
         await stop(server, serving, sock)
