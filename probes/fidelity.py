@@ -62,10 +62,11 @@ class Fidelity:
         settings = ctx.settings.fidelity
         k = min(settings.top_logprobs, ctx.endpoint.deployment.capabilities.max_top_logprobs)
         alpha = ctx.settings.health.confirm_alpha if ctx.confirm else settings.alpha
+        samples = settings.samples * (settings.confirm_samples_factor if ctx.confirm else 1)
         counts: Counter[str] = Counter()
         tops: list[dict[str, float]] = []
         errors = 0
-        meter = Meter(ctx, settings.samples)
+        meter = Meter(ctx, samples)
         traffic = ctx.settings.traffic
         # One conversation a round (the χ² is over samples of one distribution), drawn from the
         # user-like pool, so that no fixed prompt marks the probe; the temperature stays as set.
@@ -74,7 +75,7 @@ class Fidelity:
         frame: str | dict[str, Any] = (
             conversation(ctx.rng, traffic, tools=False) if traffic.user_like else settings.prompt
         )
-        for _ in range(settings.samples):
+        for _ in range(samples):
             seed = int(ctx.rng.integers(2**31))
             try:
                 token, top = await sample_token(

@@ -92,6 +92,16 @@ async def test_confirm_uses_the_confirm_alpha():
     assert result.details["alpha"] == SETTINGS.health.confirm_alpha
 
 
+async def test_a_confirmatory_round_takes_more_samples_for_its_stricter_alpha():
+    # At confirm_alpha (0.001) the round's 200 samples had too little power: the blind drill's
+    # temperature x0.7 failed its first round (p 0.002) and passed its confirmatory one (p 0.014).
+    first = await Fidelity().run(_ctx(ToyModel()))
+    confirm = await Fidelity().run(_ctx(ToyModel(), confirm=True))
+    factor = SETTINGS.fidelity.confirm_samples_factor
+    assert factor > 1
+    assert (first.requests, confirm.requests) == (200, 200 * factor)
+
+
 async def test_failures_give_an_error():
     result = await Fidelity().run(_ctx(unavailable))
     assert result.verdict == "error"
