@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -82,7 +83,9 @@ async def test_the_persistence_worker_gets_the_database_url_over_a_pipe(tmp_path
         assert SECRET.encode() not in environ
     finally:
         await store.aclose()
-    assert proc.returncode == 0  # it read its config and exited at end of input
+    # Stopped at close: it never answered a call, so close kills it (nothing to lose; see
+    # tests/gateway/persistence/test_stores.py). That it reads its piped config: the test below.
+    assert proc.returncode == -signal.SIGKILL
 
 
 async def test_the_persistence_worker_writes_with_its_piped_config(tmp_path: Path) -> None:
