@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernel.errors import GatewayError, ProviderError, ProviderRejected
 from probes.budget import ProbeBudget
+from probes.consistency import fingerprint, reported_prompt_tokens
 from providers.call import call
 
 if TYPE_CHECKING:
@@ -79,6 +80,8 @@ class ProbeClient:
         self.requests = 0
         self.tokens = 0
         self.errors = 0
+        # (prompt fingerprint, reported prompt_tokens) per answer: the round's usage-consistency check.
+        self.prompt_counts: list[tuple[str, int]] = []
 
     @property
     def endpoint_id(self) -> str:
@@ -114,6 +117,9 @@ class ProbeClient:
         except ValueError as exc:
             self.errors += 1
             raise ProbeUnavailable(f"{ep.id}: unreadable response: {exc}") from None
+        counted = reported_prompt_tokens(data)
+        if counted is not None:
+            self.prompt_counts.append((fingerprint(payload), counted))
         usage = data.get("usage") or {}
         spent = int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
         self.tokens += spent

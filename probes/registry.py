@@ -39,8 +39,11 @@ SUITES: Mapping[str, tuple[str, ...]] = MappingProxyType(
 # itself is always re-run fresh): a drift alarm is confirmed by the distribution test too, and
 # both by fidelity, a test of the endpoint against itself: a reference disagreement demotes only
 # with such an independent confirmation (probes.policy, "self-history first").
+# The round's usage-consistency check (probes.consistency) sends nothing itself: its alarm is
+# re-run by the probes that repeat prompts (drift where logprobs are served, distribution on any chat).
 CONFIRMED_BY: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {"logprob_drift": ("distribution", "fidelity"), "distribution": ("fidelity",)}
+    {"logprob_drift": ("distribution", "fidelity"), "distribution": ("fidelity",),
+     "consistency": ("logprob_drift", "distribution")}
 )
 
 ProbeFactory = Callable[[], Probe]

@@ -30,6 +30,7 @@ from probes.base import ProbeContext, ProbeResult
 from probes.baselines import BaselineStore
 from probes.budget import BudgetExhausted, ProbeBudget
 from probes.client import ProbeClient, ProbeUnavailable, UserShape
+from probes.consistency import UsageConsistency
 from probes.evidence import EvidenceState, EvidenceStore
 from probes.fleet import FleetLedger
 from probes.policy import Decision, decide, score_for
@@ -241,13 +242,16 @@ class ProbeRunner:
         at = self.wall()
         run_id = await self._db("start_run", lambda db: db.start_run(endpoint.id, suite, at=at, trigger=trigger))
         results = []
+        traffic: list[tuple[str, int]] = []  # the endpoint's reported prompt_tokens, per prompt
         for name in probes:
             emit({"event": "probe", "endpoint": endpoint.id, "probe": name, "confirm": confirm})
-            result = await self.run_probe(endpoint, name, confirm=confirm, emit=emit, template=template)
-            results.append(result)
-            if self.metrics is not None:
-                self.metrics.probe_outcome(endpoint.id, result.probe, result.verdict)
-            emit({"event": "result", "endpoint": endpoint.id, **result_json(result, confirm=confirm)})
+            result = await self.run_probe(endpoint, name, confirm=confirm, emit=emit, template=template,
+                                          traffic=traffic)
+            results.append(self._report(endpoint, result, confirm, emit))
+        if self.settings.consistency.enabled:
+            checked = UsageConsistency().judge(traffic, self.settings, confirm=confirm)
+            if checked is not None:
+                results.append(self._report(endpoint, checked, confirm, emit))
         decision = await self._decide(endpoint, results, confirm=confirm, trigger=trigger)
         if self.fleet is not None:
             decision = await self._fleet_gate(self.fleet, endpoint, decision, results, confirm=confirm, trigger=trigger)
@@ -270,14 +274,22 @@ class ProbeRunner:
             )
         return rnd
 
+    def _report(self, endpoint: Endpoint, result: ProbeResult, confirm: bool, emit: Emit) -> ProbeResult:
+        if self.metrics is not None:
+            self.metrics.probe_outcome(endpoint.id, result.probe, result.verdict)
+        emit({"event": "result", "endpoint": endpoint.id, **result_json(result, confirm=confirm)})
+        return result
+
     async def run_probe(
         self, endpoint: Endpoint, name: str, *, confirm: bool, emit: Emit = _no_emit,
-        template: TemplateCheck | None = None,
+        template: TemplateCheck | None = None, traffic: list[tuple[str, int]] | None = None,
     ) -> ProbeResult:
         """One probe, never raising: a missing module, an inapplicable endpoint, an unreachable
         upstream, a spent budget or a bug in the probe all come back as a result that says so.
         With a `template` check that found the reference rendering differently, the probe runs
-        without the reference (against the endpoint's own history), and its details say why."""
+        without the reference (against the endpoint's own history), and its details say why.
+        `traffic` gets the endpoint's (prompt, reported prompt_tokens) pairs, for the round's
+        usage-consistency check."""
         try:
             # A probe module's first import (numpy, scipy) takes seconds: not on the event loop.
             probe = (await asyncio.to_thread(self.registry.factory, name))()
@@ -310,6 +322,8 @@ class ProbeRunner:
         except Exception as exc:  # a probe's bug must not stop the round or the scheduler
             log.exception("probes: %s on %s raised", name, endpoint.id)
             result = ProbeResult(name, "error", 0, effect=probe.effect, details={"error": f"{type(exc).__name__}: {exc}"})
+        if traffic is not None:
+            traffic.extend(client.prompt_counts)
         spent = client.tokens + (ref_client.tokens if ref_client is not None else 0)
         requests = client.requests + (ref_client.requests if ref_client is not None else 0)
         details = {**(result.details or {}), "seconds": round(time.perf_counter() - started, 3),

@@ -66,6 +66,16 @@ class FidelitySettings(Frozen):
     confirm_samples_factor: int = Field(2, ge=1, le=10)
 
 
+class ConsistencySettings(Frozen):
+    """Usage consistency (probes.consistency): identical prompts of one round must report one
+    prompt_tokens; read from the round's own traffic, no requests of its own."""
+
+    enabled: bool = True
+    # The share of requests an honest endpoint may count otherwise (the null's tolerance).
+    tolerated_share: float = Field(0.01, gt=0, lt=1)
+    alpha: float = Field(0.01, gt=0, lt=1)
+
+
 class ToolCallSettings(Frozen):
     """The active tool-call suite, judged K2VV style: pass mark = the reference self-run minus a margin."""
 
@@ -190,6 +200,7 @@ class ProbeSettings(Frozen):
     distribution: DistributionSettings = DistributionSettings()
     fidelity: FidelitySettings = FidelitySettings()
     traffic: TrafficSettings = TrafficSettings()
+    consistency: ConsistencySettings = ConsistencySettings()
     toolcalls: ToolCallSettings = ToolCallSettings()
     agent: AgentSettings = AgentSettings()
     sentinels: SentinelSettings = SentinelSettings()

@@ -15,6 +15,7 @@ import numpy as np
 from gateway.catalog import Endpoint
 from probes.budget import ProbeBudget
 from probes.client import ProbeClient, ProbeUnavailable
+from probes.consistency import fingerprint, reported_prompt_tokens
 from providers.http import AiohttpClient, Timeouts
 from tests.fakes.catalog import make_endpoint
 
@@ -32,6 +33,7 @@ class FakeProbeClient:
         self.requests = 0
         self.tokens = 0
         self.errors = 0
+        self.prompt_counts: list[tuple[str, int]] = []
 
     @property
     def endpoint_id(self) -> str:
@@ -50,6 +52,9 @@ class FakeProbeClient:
         if isinstance(result, Exception):
             self.errors += 1
             raise result
+        counted = reported_prompt_tokens(result)
+        if counted is not None:
+            self.prompt_counts.append((fingerprint({"model": self.endpoint.model, **body}), counted))
         usage = result.get("usage") or {}
         self.tokens += int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
         return result

@@ -75,3 +75,27 @@ async def test_a_transport_failure_is_unavailability_counted_as_an_error() -> No
         await client.chat({"messages": [{"role": "user", "content": "x"}]})
     assert type(caught.value) is ProbeUnavailable and caught.value.status == 502
     assert client.requests == 1 and client.errors == 1
+
+
+async def test_each_answer_records_its_prompt_and_the_reported_prompt_tokens() -> None:
+    counts = iter([30, 30, 19])
+
+    def answer(request: Any) -> MockResponse:
+        body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "a"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": next(counts), "completion_tokens": 1, "total_tokens": 2}}
+        return MockResponse(status=200, body=orjson.dumps(body))
+
+    budget = ProbeBudget(requests_per_day=100, tokens_per_day=0, clock=time.time)
+    client = ProbeClient(make_endpoint("ep", "m"), MockHTTPClient(answer), TIMEOUTS, budget)
+    for max_tokens in (1, 5):
+        await client.chat({"messages": [{"role": "user", "content": "x"}], "max_tokens": max_tokens})
+    await client.chat({"messages": [{"role": "user", "content": "y"}], "max_tokens": 1})
+    (x1, n1), (x2, n2), (y, n3) = client.prompt_counts
+    assert x1 == x2 != y and (n1, n2, n3) == (30, 30, 19)
+
+
+async def test_a_failed_request_records_no_count() -> None:
+    client = probe_client(500, "down")
+    with pytest.raises(ProbeUnavailable):
+        await client.chat({"messages": [{"role": "user", "content": "x"}]})
+    assert client.prompt_counts == []

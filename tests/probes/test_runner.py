@@ -20,6 +20,7 @@ from probes.base import Effect, Grounds, ProbeContext, ProbeResult, Verdict
 from probes.baselines import MemoryBaselines
 from probes.budget import BudgetExhausted
 from probes.client import ProbeUnavailable
+from probes.consistency import fingerprint
 from probes.evidence import EvidenceStore
 from probes.registry import ProbeRegistry
 from probes.runner import ProbeRunner
@@ -29,6 +30,9 @@ from tests.fakes.clock import FakeClock
 
 # Extra prompt tokens an endpoint's chat template adds (the audit-start template check reads them).
 TEMPLATE_EXTRA: dict[str, int] = {}
+# Endpoint -> (n, extra): every n-th answer of a client is counted with `extra` more prompt tokens
+# (a share of requests served by another model's tokenizer).
+MIXED: dict[str, tuple[int, int]] = {}
 
 
 @dataclass
@@ -37,6 +41,7 @@ class FakeClient:
     tokens: int = 0
     requests: int = 0
     errors: int = 0
+    prompt_counts: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def endpoint_id(self) -> str:
@@ -44,6 +49,11 @@ class FakeClient:
 
     async def chat(self, body: dict[str, Any]) -> dict[str, Any]:
         prompt = sum(len(m["content"].split()) for m in body["messages"]) + TEMPLATE_EXTRA.get(self.endpoint.id, 0)
+        self.requests += 1
+        every, extra = MIXED.get(self.endpoint.id, (0, 0))
+        if every and self.requests % every == 0:
+            prompt += extra
+        self.prompt_counts.append((fingerprint({"model": self.endpoint.model, **body}), prompt))
         return {"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": 1}}
 
 
@@ -55,7 +65,8 @@ class Script:
     seen: list[tuple[str, ProbeContext]] = field(default_factory=list)
     grounds: dict[str, Grounds] = field(default_factory=dict)  # what each probe's failures rest on
 
-    def probe(self, name: str, effect: Effect = "evidence", *, skip: str | None = None) -> Callable[[], Any]:
+    def probe(self, name: str, effect: Effect = "evidence", *, skip: str | None = None, sends: int = 0) -> Callable[[], Any]:
+        """`sends`: identical chat requests the probe sends through its client before answering."""
         script = self
 
         class Fake:
@@ -67,6 +78,8 @@ class Script:
 
             async def run(self, ctx: ProbeContext) -> ProbeResult:
                 script.seen.append((name, ctx))
+                for _ in range(sends):
+                    await ctx.client.chat({"messages": [{"role": "user", "content": f"say {name}"}], "max_tokens": 1})
                 answers = script.verdicts.get(name, ["pass"])
                 answer = answers.pop(0) if len(answers) > 1 else answers[0]
                 ctx.client.tokens += 7  # type: ignore[attr-defined]
@@ -112,14 +125,14 @@ LOCAL = replace(make_endpoint("local-0", "m", provider="local"), region="local")
 
 
 def make_runner(script: Script, *endpoints: Endpoint, references: dict[str, str] | None = None,
-                persistence: Any = None) -> tuple[ProbeRunner, HealthStates, FakeClock]:
+                persistence: Any = None, sends: int = 0, **settings: Any) -> tuple[ProbeRunner, HealthStates, FakeClock]:
     clock = FakeClock(start=1_700_000_000.0)
     health = HealthStates({"database": persistence.record_transition} if persistence is not None else None)
     registry = ProbeRegistry(
         {
-            "logprob_drift": script.probe("logprob_drift"),
-            "distribution": script.probe("distribution", "confirm"),
-            "fidelity": script.probe("fidelity"),
+            "logprob_drift": script.probe("logprob_drift", sends=sends),
+            "distribution": script.probe("distribution", "confirm", sends=sends),
+            "fidelity": script.probe("fidelity", sends=sends),
             "needs_tools": script.probe("needs_tools", skip="no tools"),
         },
         suites={"quality": ("logprob_drift", "distribution", "fidelity")},
@@ -127,7 +140,7 @@ def make_runner(script: Script, *endpoints: Endpoint, references: dict[str, str]
     runner = ProbeRunner(
         catalog=make_catalog(*(endpoints or (A, B))),
         health=health,
-        settings=ProbeSettings(health=HEALTH, references=references or {}, seed=3),
+        settings=ProbeSettings(health=HEALTH, references=references or {}, seed=3, **settings),
         registry=registry,
         evidence=EvidenceStore(MemoryStore(clock)),
         baselines=MemoryBaselines(),
@@ -301,3 +314,45 @@ async def test_operator_pins_are_left_alone() -> None:
     await health.transition(A.id, "demoted", source="manual", reason="ops", at=1.0, operator=True)
     report = await runner.run(A.id, ["fidelity"], trigger="manual")
     assert health.get(A.id).manual and health.state(A.id) == "demoted" and report.rounds[0].transition is None
+
+
+async def test_identical_prompts_counted_alike_add_a_passing_consistency_result() -> None:
+    script = Script()
+    runner, health, _ = make_runner(script, sends=10)
+    report = await runner.run(A.id, ["logprob_drift", "fidelity"], trigger="manual")
+    (check,) = [r for r in report.rounds[0].results if r.probe == "consistency"]
+    assert (check.verdict, check.samples, check.grounds) == ("pass", 20, "self")
+    assert check.details is not None and check.details["prompts"] == 2
+    assert health.state(A.id) == "healthy" and len(report.rounds) == 1
+
+
+async def test_a_share_of_answers_counted_by_another_tokenizer_is_confirmed_and_demotes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No probe fails; every 4th answer reports 13 more prompt tokens: the round's consistency
+    check raises SUSPECT, its confirmatory round (drift and distribution, which repeat prompts)
+    fails it again on the endpoint's own grounds, and the endpoint is DEMOTED."""
+    monkeypatch.setitem(MIXED, A.id, (4, 13))
+    script = Script()
+    persistence = FakeRuns()
+    runner, health, _ = make_runner(script, persistence=persistence, sends=20)
+    events: list[dict[str, Any]] = []
+    report = await runner.run(A.id, ["fidelity"], trigger="manual", emit=events.append)
+    assert [(name, ctx.confirm) for name, ctx in script.seen] == [
+        ("fidelity", False), ("logprob_drift", True), ("distribution", True)]
+    first, confirm = ({r.probe: r for r in rnd.results} for rnd in report.rounds)
+    assert first["consistency"].verdict == "fail" and first["fidelity"].verdict == "pass"
+    assert confirm["consistency"].verdict == "fail" and confirm["consistency"].samples == 40
+    assert first["consistency"].details is not None and first["consistency"].details["off_count"] == 5
+    assert [(t.from_state, t.to_state) for t in persistence.transitions] == [("healthy", "suspect"), ("suspect", "demoted")]
+    assert health.state(A.id) == "demoted" and "consistency fail" in persistence.transitions[-1].reason
+    assert [e["probe"] for e in events if e["event"] == "result"] == [
+        "fidelity", "consistency", "logprob_drift", "distribution", "consistency"]
+
+
+async def test_the_consistency_check_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(MIXED, A.id, (4, 13))
+    script = Script()
+    runner, health, _ = make_runner(script, sends=20, consistency={"enabled": False})
+    report = await runner.run(A.id, ["fidelity"], trigger="manual")
+    assert [r.probe for r in report.rounds[0].results] == ["fidelity"] and health.state(A.id) == "healthy"

@@ -115,6 +115,23 @@ def test_substituted_model_is_caught_against_the_reference(gwctl: Gwctl, testbed
     gwctl.recover(testbed, TARGET, "tb-target", "logprob_drift")
 
 
+def test_a_share_of_requests_served_by_another_model_is_caught_on_a_first_audit(gwctl: Gwctl, testbed: Testbed) -> None:
+    """A quarter of the answers come from Gemma 3 270M under SmolLM2's name, from the endpoint's
+    first request on (no golden window of the honest model to compare with): the endpoint counts
+    its repeated prompts two ways, and the round's consistency check fails on its own grounds."""
+    testbed.set_fault("target", {"partial": {"share": 0.25, "fault": {"substitute": "gemma3-270m"}}, "seed": 5})
+    code, text = gwctl.probe("--provider", "tb-target", "--probes", "fidelity", "--json")
+    assert code == 1, text
+    (run,) = json.loads(gwctl.out)["runs"]
+    assert [t["to"] for t in run["transitions"]] == ["suspect", "demoted"] and run["state"] == "demoted"
+    assert "consistency fail" in run["transitions"][-1]["reason"]
+    checks = [r for r in run["results"] if r["probe"] == "consistency"]
+    assert [(r["confirm"], r["verdict"], r["grounds"]) for r in checks] == [(False, "fail", "self"), (True, "fail", "self")]
+    assert all(r["details"]["mixed_counts"] for r in checks)
+    assert gwctl.filtered("smollm2")[TARGET] == "health_demoted"
+    gwctl.recover(testbed, TARGET, "tb-target", "fidelity")
+
+
 def test_temperature_change_is_caught_by_fidelity_and_the_last_endpoint_fails_open(
     gwctl: Gwctl, testbed: Testbed, gateway: GatewayServer, caplog: pytest.LogCaptureFixture
 ) -> None:

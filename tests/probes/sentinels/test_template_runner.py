@@ -50,7 +50,9 @@ async def test_another_template_is_reported_not_judged_as_a_usage_fault(counter:
         wall=clock, rng=np.random.default_rng(1),
     )
     report = await runner.run(ep.id, ["sentinels"], trigger="manual")
-    (result,) = report.rounds[0].results
+    result, consistency = report.rounds[0].results
+    # The endpoint counts its own repeated prompts alike, whatever its template: no consistency fault.
+    assert (consistency.probe, consistency.verdict) == ("consistency", "pass")
     details: Any = result.details
     if not template_check:  # what the audit did before: the reference's counts, and a false alarm
         assert "usage_comparison:mismatch" in details["findings"]

@@ -1,0 +1,53 @@
+"""The usage-consistency check of a probe round: no requests of its own, it reads the `prompt_tokens`
+the endpoint reported for every probe request of the round (`ProbeClient.prompt_counts`) and fails
+when identical prompts were counted differently (`probes.stats.consistency`): a share of requests
+served by another model (another tokenizer or template) under the same name.
+
+It cannot see a substitute that tokenizes and templates as the claimed model does (a smaller model
+of the same family, another quantization of the same weights), nor one that reports the claimed
+model's counts. Its alarm is confirmed by the probes that send repeated prompts (probes.registry).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from probes.base import Effect, ProbeResult
+from probes.settings import ProbeSettings
+from probes.stats.consistency import usage_consistency
+from probes.windowed import judged
+
+NAME = "consistency"
+
+# The body fields that decide what the endpoint tokenizes; sampling parameters do not.
+_PROMPT_FIELDS = ("messages", "prompt", "tools", "tool_choice", "response_format", "functions")
+
+
+def fingerprint(payload: Mapping[str, Any]) -> str:
+    """The identity of a request's prompt (its model, messages or prompt, tools and format)."""
+    spec = {k: payload.get(k) for k in ("model", *_PROMPT_FIELDS) if payload.get(k) is not None}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def reported_prompt_tokens(answer: Mapping[str, Any]) -> int | None:
+    usage = answer.get("usage")
+    value = usage.get("prompt_tokens") if isinstance(usage, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+class UsageConsistency:
+    name: ClassVar[str] = NAME
+    effect: ClassVar[Effect] = "confirm"
+
+    def judge(self, records: Sequence[tuple[str, int]], settings: ProbeSettings, *, confirm: bool) -> ProbeResult | None:
+        """The round's result, or None when no prompt was answered twice (no evidence either way)."""
+        own = settings.consistency
+        outcome = usage_consistency(records, own.tolerated_share)
+        if outcome is None:
+            return None
+        alpha = settings.health.confirm_alpha if confirm else own.alpha
+        verdict, outcome = judged(outcome, alpha, settings.health)
+        return ProbeResult.of(self.name, verdict, outcome, effect=self.effect, grounds="self", alpha=alpha)
