@@ -44,3 +44,27 @@ async def test_the_bundled_engine_and_the_gguf_template_render_alike(gateway: Ga
             assert len({t["token"] for t in token["top_logprobs"]}) == 5
     finally:
         await http.aclose()
+
+
+async def test_repeated_prompts_report_one_prompt_count_on_both_engines(gateway: Gateway, testbed: Testbed) -> None:
+    """What the usage-consistency check relies on: the same messages sent again (the engine's
+    prompt cache reused, other sampling parameters) report the same prompt_tokens."""
+    http = AiohttpClient()
+    budget = ProbeBudget(requests_per_day=0, tokens_per_day=0, clock=time.time)
+    timeouts = Timeouts(connect=5.0, first_byte=60.0, between_chunks=60.0, total=120.0)
+    clients = [
+        ProbeClient(make_endpoint("local/smollm2", MODEL, base_url=gateway.url + "/v1", api_key=KEY), http,
+                    timeouts, budget),
+        ProbeClient(make_endpoint("testbed/ref", "smollm2", base_url=testbed.base_url("ref")), http, timeouts, budget),
+    ]
+    try:
+        for client in clients:
+            for i in range(4):
+                for messages in MESSAGES:
+                    await client.chat({"messages": messages, "max_tokens": 1 + i, "temperature": i / 2, "seed": i})
+            counts: dict[str, set[int]] = {}
+            for fingerprint, n in client.prompt_counts:
+                counts.setdefault(fingerprint, set()).add(n)
+            assert len(counts) == len(MESSAGES) and all(len(v) == 1 for v in counts.values()), counts
+    finally:
+        await http.aclose()
