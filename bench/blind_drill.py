@@ -98,6 +98,8 @@ FAULTY = (
     ),
     Kind("20% loops", "loops", fault={"loop": {"rate": 0.2}}),
     Kind("logit noise sigma 0.3", "logit noise", fault={"logit_noise": 0.3}),
+    Kind("re-quantized ffn_down Q2_K (one tensor type)", "re-quantization",
+         fault={"quantize_tensors": {"pattern": "ffn_down", "type": "Q2_K"}}),
 )
 # The head-keeping twin of FAULTY[4] (it loses the question, not early needles): the truncation set only.
 HEAD_CUT = Kind(

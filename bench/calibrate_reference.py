@@ -84,6 +84,7 @@ FAULTS: Mapping[str, dict[str, Any]] = {
     "logit_noise 0.5": {"logit_noise": 0.5, "seed": 1},
     "requantized Q8_0": {"quantize": "Q8_0"},
     "requantized Q2_K": {"quantize": "Q2_K"},
+    "requantized ffn_down Q2_K (one tensor type)": {"quantize_tensors": {"pattern": "ffn_down", "type": "Q2_K"}},
     "temperature x0.7": {"temperature_scale": 0.7},
     "substitute gemma3-270m": {"substitute": "gemma3-270m"},
 }

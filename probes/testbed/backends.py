@@ -12,6 +12,7 @@ import ctypes
 import hashlib
 import importlib.util
 import os
+import re
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
@@ -70,6 +71,9 @@ class ModelFiles:
     def quantized(self, source: Path, qtype: str) -> Path:
         return quantize(source, qtype, self.cache_dir)
 
+    def quantized_tensors(self, source: Path, pattern: str, qtype: str) -> Path:
+        return quantize_tensors(source, pattern, qtype, self.cache_dir)
+
 
 def quantize(source: Path, qtype: str, cache_dir: Path) -> Path:
     """A copy of `source` re-quantized to `qtype` (e.g. "Q2_K"), made once and cached."""
@@ -99,6 +103,73 @@ def quantize(source: Path, qtype: str, cache_dir: Path) -> Path:
         if os.path.exists(partial):
             os.unlink(partial)
     return target
+
+
+def quantize_tensors(source: Path, pattern: str, qtype: str, cache_dir: Path) -> Path:
+    """A copy of `source` in which only the tensors whose names match `pattern` (re.search) are
+    re-quantized to the ggml type `qtype`; every other tensor is copied byte for byte, which is
+    checked after writing (llama.cpp's type rules would otherwise re-pick some). Made once, cached."""
+    import llama_cpp
+
+    gtype = getattr(llama_cpp, f"GGML_TYPE_{qtype}", None)
+    if gtype is None:
+        raise ModelError(f"unknown tensor type {qtype!r}")
+    key = hashlib.sha256(f"{pattern}\0{qtype}".encode()).hexdigest()[:12]
+    target = cache_dir / f"{source.stem}.{_sha256(source)[:16]}.tensors-{key}.gguf"
+    if target.is_file():
+        return target
+    before = _tensor_layout(source)
+    matched = sorted(name for name in before if re.search(pattern, name))
+    if not matched:
+        raise ModelError(f"no tensor of {source.name} matches {pattern!r}")
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    fd, partial = tempfile.mkstemp(dir=cache_dir, prefix=target.name, suffix=".part")
+    os.close(fd)
+    os.chmod(partial, 0o644)
+    try:
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = _file_type(source)
+        params.allow_requantize = True
+        params.nthread = min(2, os.cpu_count() or 1)
+        # The embeddings and output keep their own types (the ftype's rules would re-pick them).
+        for field, name in (("token_embedding_type", "token_embd.weight"), ("output_tensor_type", "output.weight")):
+            if name in before and not re.search(pattern, name):
+                setattr(params, field, getattr(llama_cpp, f"GGML_TYPE_{before[name][0]}"))
+        overrides = (llama_cpp.llama_model_tensor_override * 2)()
+        overrides[0].pattern, overrides[0].type = pattern.encode(), gtype
+        overrides[1].pattern = None
+        params.tt_overrides = ctypes.cast(overrides, ctypes.POINTER(llama_cpp.llama_model_tensor_override))
+        rc = llama_cpp.llama_model_quantize(str(source).encode(), partial.encode(), ctypes.byref(params))
+        if rc != 0:
+            raise ModelError(f"re-quantizing {pattern!r} of {source.name} to {qtype} failed (llama.cpp returned {rc})")
+        after = _tensor_layout(Path(partial))
+        changed = sorted(name for name in before if before[name] != after.get(name))
+        if [n for n in changed if n not in matched]:
+            raise ModelError(f"re-quantizing {pattern!r} of {source.name} also changed {changed[:3]}")
+        os.replace(partial, target)
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+    return target
+
+
+def _tensor_layout(path: Path) -> dict[str, tuple[str, str]]:
+    """Tensor name -> (type name, digest of its bytes), read with llama.cpp's own GGUF reader."""
+    try:
+        from gguf import GGUFReader
+    except ImportError as exc:
+        raise ModelError(f"re-quantizing single tensors needs the gguf package (the testbed extra): {exc}") from None
+    reader = GGUFReader(path)
+    return {t.name: (t.tensor_type.name, hashlib.sha256(t.data.tobytes()).hexdigest()) for t in reader.tensors}
+
+
+def _file_type(path: Path) -> int:
+    from gguf import GGUFReader
+
+    field = GGUFReader(path).fields.get("general.file_type")
+    if field is None:
+        raise ModelError(f"{path.name} does not say its file type (general.file_type)")
+    return int(field.parts[field.data[0]][0])
 
 
 def _sha256(path: Path) -> str:

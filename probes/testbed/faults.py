@@ -1,7 +1,7 @@
 """The fault spec an endpoint serves under, and the pure transforms that inject each fault.
 
-A spec is a small JSON object (`{}` is honest). Keys: `substitute`, `quantize`, `logit_noise`,
-`temperature`, `temperature_scale`, `partial`, `tool_corruption`, `truncate_prompt`, `loop`, `seed`.
+A spec is a small JSON object (`{}` is honest). Keys: `substitute`, `quantize`, `quantize_tensors`,
+`logit_noise`, `temperature`, `temperature_scale`, `partial`, `tool_corruption`, `truncate_prompt`, `loop`, `seed`.
 Validation turns any bad key or value into one line: `FaultSpecError("fault.loop.rate: ...")`.
 Every transform here is pure; randomness comes from an injected `numpy.random.Generator`.
 """
@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kernel.frozen import Frozen
 
@@ -35,6 +36,9 @@ QUANT_TYPES = (
     "Q6_K",
     "Q8_0",
 )
+
+# ggml tensor types one tensor family can be re-quantized to (`quantize_tensors`).
+TENSOR_TYPES = ("Q2_K", "Q3_K", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0")
 
 ToolCorruptionKind = Literal["bad_json", "unknown_name", "missing_arg", "retyped_arg", "leak_to_content"]
 TOOL_CORRUPTION_KINDS: tuple[ToolCorruptionKind, ...] = (
@@ -71,6 +75,23 @@ class Loop(_Frozen):
     ngram: int = Field(4, ge=1)
 
 
+class QuantizeTensors(_Frozen):
+    """Re-quantize only the tensors whose names match `pattern` (a regular expression searched in
+    the GGUF tensor name, as llama-quantize's --tensor-type: "ffn_down", "blk\\.1[0-9]\\.attn_v")."""
+
+    pattern: str = Field(min_length=1, max_length=64)
+    type: Literal[TENSOR_TYPES]  # type: ignore[valid-type]
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+
 class Partial(_Frozen):
     share: float = Field(ge=0, le=1)
     fault: FaultSpec
@@ -79,6 +100,7 @@ class Partial(_Frozen):
 class FaultSpec(_Frozen):
     substitute: str | None = Field(None, min_length=1)
     quantize: Literal[QUANT_TYPES] | None = None  # type: ignore[valid-type]
+    quantize_tensors: QuantizeTensors | None = None  # after `quantize`, if both
     logit_noise: float = Field(0.0, ge=0)
     temperature: float | None = Field(None, ge=0)
     temperature_scale: float | None = Field(None, gt=0)

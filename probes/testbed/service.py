@@ -36,7 +36,11 @@ class Service:
 
     def model_path(self, base: str, spec: FaultSpec) -> Path:
         path = self._files.resolve(spec.substitute or base)
-        return self._files.quantized(path, spec.quantize) if spec.quantize else path
+        if spec.quantize:
+            path = self._files.quantized(path, spec.quantize)
+        if spec.quantize_tensors is not None:
+            path = self._files.quantized_tensors(path, spec.quantize_tensors.pattern, spec.quantize_tensors.type)
+        return path
 
     def prepare(self, base: str, spec: FaultSpec) -> None:
         """Resolve, quantize and load every model `spec` may serve, so its first request is not slow
@@ -48,7 +52,7 @@ class Service:
             self.prepare(base, merged)
 
     def _model(self, base: str, spec: FaultSpec) -> tuple[LoadedModel, set[str]]:
-        touched = {k for k in ("substitute", "quantize") if getattr(spec, k)}
+        touched = {k for k in ("substitute", "quantize", "quantize_tensors") if getattr(spec, k)}
         return self._pool.get(self.model_path(base, spec)), touched
 
     def chat(self, base: str, served_name: str, req: ChatRequest, draws: Draws) -> tuple[dict[str, Any], set[str]]:

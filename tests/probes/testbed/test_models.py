@@ -12,7 +12,15 @@ from typing import Any
 import httpx
 import pytest
 
-from probes.testbed.backends import ModelFiles, _sha256, quantize, quantized_cache_dir
+from probes.testbed.backends import (
+    ModelError,
+    ModelFiles,
+    _sha256,
+    _tensor_layout,
+    quantize,
+    quantize_tensors,
+    quantized_cache_dir,
+)
 from probes.testbed.harness import EndpointSpec, Testbed, TestbedError
 
 pytestmark = pytest.mark.engine
@@ -120,6 +128,20 @@ def test_quantize_makes_another_file_with_other_logprobs(testbed: Testbed, http:
     testbed.set_fault(faulty, {"quantize": "Q2_K"})
     assert top(chat(http, testbed, faulty, ONE_TOKEN)) != top(chat(http, testbed, "honest", ONE_TOKEN))
     assert testbed.counts(faulty)["quantize"] == 1
+
+
+def test_quantize_tensors_changes_only_the_matching_tensors(testbed: Testbed, http: httpx.Client, faulty: str) -> None:
+    source = ModelFiles(quantized_cache_dir()).resolve("smollm2")
+    copy = quantize_tensors(source, "ffn_down", "Q2_K", quantized_cache_dir())
+    before, after = _tensor_layout(source), _tensor_layout(copy)
+    changed = {name for name in before if before[name] != after[name]}
+    assert len(changed) == 30 and all(".ffn_down." in name and after[name][0] == "Q2_K" for name in changed)
+    assert quantize_tensors(source, "ffn_down", "Q2_K", quantized_cache_dir()) == copy  # cached
+    with pytest.raises(ModelError, match="no tensor"):
+        quantize_tensors(source, "no_such_tensor", "Q2_K", quantized_cache_dir())
+    testbed.set_fault(faulty, {"quantize_tensors": {"pattern": "ffn_down", "type": "Q2_K"}})
+    assert top(chat(http, testbed, faulty, ONE_TOKEN)) != top(chat(http, testbed, "honest", ONE_TOKEN))
+    assert testbed.counts(faulty)["quantize_tensors"] == 1
 
 
 def test_substitute_serves_another_model_under_the_same_name(testbed: Testbed, http: httpx.Client, faulty: str) -> None:
