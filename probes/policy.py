@@ -114,17 +114,20 @@ def _tally(
         elif r.effect in ("suspect", "confirm") or (r.effect == "evidence" and trigger == "manual"):
             alarms.append(r.probe)
     alarms, demote = list(dict.fromkeys(alarms)), list(dict.fromkeys(demote))
-    # What a demotion needs. A confirmatory round or an audit is the fresh test an alarm calls for:
-    # a failure on the endpoint's own grounds in it counts, as does a hard rule. A scheduled run is
-    # one of many looks: an alarm probe's failure counts when it repeats that probe's own alarm (or
-    # on probation, which any alarm ends), a monitoring window ("evidence") only through the
-    # own-grounds e-CUSUM at the alarm level. Otherwise one chance failure among the many rounds an
-    # endpoint the reference always fails spends SUSPECT would demote it.
+    # What a demotion needs. A confirmatory round is the fresh test an alarm calls for: a failure on
+    # the endpoint's own grounds in it counts, as does a hard rule. An audit's first round counts one
+    # at confirm_alpha (at the probe's own alpha it is an alarm the confirmatory round re-runs; on
+    # probation, which any alarm ends, it counts). A
+    # scheduled run is one of many looks: an alarm probe's failure counts when it repeats that
+    # probe's own alarm (or on probation, which any alarm ends), a monitoring window ("evidence")
+    # only through the own-grounds e-CUSUM at the alarm level. Otherwise one chance failure among the
+    # many rounds an endpoint the reference always fails spends SUSPECT would demote it.
     fresh = confirm or trigger != "schedule"
 
     def counts(r: ProbeResult) -> bool:
         repeat = r.effect != "evidence" and (r.probe in evidence.suspects or state == "probation")
-        return r.grounds == "self" and (fresh or r.effect == "demote" or repeat)
+        strong = confirm or (fresh and (_strong(r, settings) or state == "probation"))
+        return r.grounds == "self" and (strong or r.effect == "demote" or repeat)
 
     independent = [_describe(r) for r in failed if counts(r)]
     # Own-grounds evidence alone: at the alarm level for a fresh test (and on probation, which any

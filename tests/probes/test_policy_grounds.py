@@ -297,3 +297,20 @@ def test_an_alarm_probe_that_passes_its_re_run_is_no_longer_a_suspect() -> None:
     later = decide(at("suspect"), replace(confirmed.evidence, cusum={"logprob_drift": 700.0}), [DRIFT_REF, tools_fail],
                    confirm=False, now=NOW + 200 * 86_400, settings=S)
     assert later.to_state != "demoted" and "toolcalls" in later.confirm_for, later.reason
+
+
+def test_an_audits_first_round_confirms_only_with_a_failure_at_the_confirmatory_level() -> None:
+    """Review finding F5: an on-demand audit's first round counted an own-grounds failure at the
+    probe's own alpha (fidelity, 0.01) as the independent confirmation of a reference e-CUSUM past
+    demote_e, so one chance failure demoted with no confirmatory round. Now that failure is an
+    alarm the confirmatory round re-runs; one at confirm_alpha still counts at once."""
+    ev = EvidenceState({"logprob_drift": 700.0}, suspects=("logprob_drift",))
+    chance = r("fidelity", "fail", p=0.005, e=10.5)
+    d = decide(at("suspect"), ev, [DRIFT_REF, chance], confirm=False, now=NOW, settings=S, trigger="manual")
+    assert d.to_state is None and "reference disagreement alone" in d.reason, d.reason
+    assert "fidelity" in d.confirm_for
+    again = decide(at("suspect"), d.evidence, [DRIFT_REF, chance], confirm=True, now=NOW, settings=S, trigger="manual")
+    assert again.to_state == "demoted" and "confirmed independently by fidelity fail" in again.reason, again.reason
+    strong = r("fidelity", "fail", p=S.confirm_alpha / 2, e=10.5)
+    at_once = decide(at("suspect"), ev, [DRIFT_REF, strong], confirm=False, now=NOW, settings=S, trigger="manual")
+    assert at_once.to_state == "demoted" and "confirmed independently by fidelity fail" in at_once.reason
