@@ -36,6 +36,9 @@ class EvidenceState:
     errors: int = 0
     last_error: str = ""
     updated: float = 0.0
+    # Fields a newer version wrote that this one does not know: written back as they were, so a
+    # replica of the old version in a rolling deploy does not erase them (reset() drops them).
+    unknown: Mapping[str, Any] = field(default_factory=dict)
 
     def grounded(self, probe: str) -> bool:
         """Whether the probe's own-grounds run is under way (holds failures not yet washed out)."""
@@ -47,11 +50,12 @@ class EvidenceState:
 
     def reset(self) -> EvidenceState:
         """Forget the quality evidence (after a confirmatory pass, or on entering probation)."""
-        return replace(self, cusum={}, own={}, clean_rounds=0, suspects=(), held_until=0.0)
+        return replace(self, cusum={}, own={}, clean_rounds=0, suspects=(), held_until=0.0, unknown={})
 
     def to_json(self) -> str:
         return json.dumps(
             {
+                **self.unknown,
                 "cusum": dict(self.cusum),
                 "clean_rounds": self.clean_rounds,
                 "suspects": list(self.suspects),
@@ -77,7 +81,11 @@ class EvidenceState:
             errors=int(data.get("errors", 0)),
             last_error=str(data.get("last_error", "")),
             updated=float(data.get("updated", 0.0)),
+            unknown={k: v for k, v in data.items() if k not in _KNOWN},
         )
+
+
+_KNOWN = frozenset(("cusum", "clean_rounds", "suspects", "own", "held_until", "errors", "last_error", "updated"))
 
 
 class KeyValue(Protocol):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import pytest
 
@@ -29,6 +31,20 @@ def test_json_round_trip_and_reset() -> None:
     reset = STATE.reset()
     assert (reset.cusum, reset.clean_rounds, reset.suspects) == ({}, 0, ())
     assert (reset.errors, reset.last_error) == (3, "connection refused")  # availability evidence stays
+
+
+def test_fields_a_newer_replica_wrote_survive_an_older_ones_round_trip() -> None:
+    """Review finding: in a rolling deploy a replica that did not know `own` and `held_until` wrote
+    the evidence back without them. Fields this version does not know are kept and written back."""
+    newer = json.loads(STATE.to_json()) | {"future_field": {"fidelity": 3.0}, "future_hold": 99.5}
+    read = EvidenceState.from_json(json.dumps(newer))
+    assert read.cusum == STATE.cusum
+    updated = replace(read, clean_rounds=5)
+    written = json.loads(updated.to_json())
+    assert written["future_field"] == {"fidelity": 3.0} and written["future_hold"] == 99.5
+    assert written["clean_rounds"] == 5
+    assert "future_field" not in json.loads(updated.reset().to_json())  # reset forgets quality evidence
+    assert EvidenceState.from_json(EvidenceState().to_json()).unknown == {}  # every field it writes, it knows
 
 
 async def test_memory_store_keeps_and_expires() -> None:
