@@ -212,6 +212,7 @@ class ToolCallProbe:
             final = "inconclusive"  # too few answered in time to judge: say so, not pass
         return ProbeResult.of(
             PROBE, final, outcome, effect=effect, tokens=tokens, requests=requests, errors=errors,
+            grounds=verdict.grounds,
         )
 
     async def _reference(

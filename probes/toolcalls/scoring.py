@@ -17,7 +17,7 @@ from typing import Any
 
 from scipy import stats
 
-from probes.base import Verdict
+from probes.base import Grounds, Verdict
 from probes.settings import ToolCallSettings
 from probes.toolcalls.cases import Case, ExpectedCall
 from probes.toolcalls.validator import SchemaCache, ToolSpec, classify_response
@@ -156,6 +156,10 @@ class Judgement:
     demote: bool  # schema accuracy under the hard floor
     reasons: tuple[str, ...]
     details: Mapping[str, Any]
+    # What a failure rests on (probes.base.Grounds): bad responses and the fixed floors are the
+    # endpoint's own; pass marks taken from the reference's self-run (trigger F1, exact arguments,
+    # its schema accuracy) are another engine's tool prompting, which an honest engine may not share.
+    grounds: Grounds = "self"
 
 
 def error_test(bad: int, n: int, null_rate: float) -> float:
@@ -176,17 +180,18 @@ def judge(fig: Figures, ref: Figures | None, settings: ToolCallSettings, baselin
     p = error_test(fig.bad, fig.judged, null_rate)
     details.update(null_error_rate=null_rate, alpha=settings.alpha)
     reasons: list[str] = []
+    own = False  # a reason on the endpoint's own grounds
     if p <= settings.alpha:
         reasons.append(f"{fig.bad} bad responses of {fig.judged} (p={p:.2g} at a rate of {null_rate:.2%})")
+        own = True
     marks: dict[str, float] = {}
     enough_calls = fig.call_responses >= settings.min_calls
     schema = fig.schema_accuracy
-    if ref is not None and ref.call_responses >= settings.min_calls and ref.schema_accuracy is not None:
-        marks["schema_accuracy"] = ref.schema_accuracy - settings.schema_margin
-    else:
-        marks["schema_accuracy"] = settings.schema_floor
+    ref_schema = ref.schema_accuracy if ref is not None and ref.call_responses >= settings.min_calls else None
+    marks["schema_accuracy"] = settings.schema_floor if ref_schema is None else ref_schema - settings.schema_margin
     if enough_calls and schema is not None and schema < marks["schema_accuracy"]:
         reasons.append(f"schema accuracy {schema:.1%} < pass mark {marks['schema_accuracy']:.1%}")
+        own = own or ref_schema is None
     if ref is not None and fig.judged >= settings.min_calls:
         # The truth is the reference's own answers, so its F1 against itself is 1.
         marks["f1"] = 1.0 - settings.f1_margin
@@ -198,4 +203,5 @@ def judge(fig: Figures, ref: Figures | None, settings: ToolCallSettings, baselin
                 reasons.append(f"exact-argument match {fig.exact_match:.1%} < pass mark {marks['exact_match']:.1%}")
     details["pass_marks"] = marks
     demote = enough_calls and schema is not None and schema < settings.hard_floor
-    return Judgement("fail" if reasons else "pass", p, demote, tuple(reasons), details)
+    grounds: Grounds = "self" if own or demote or not reasons else "reference"
+    return Judgement("fail" if reasons else "pass", p, demote, tuple(reasons), details, grounds)

@@ -109,6 +109,23 @@ def test_trigger_and_exact_match_marks_apply_with_a_reference() -> None:
     assert sloppy.verdict == "fail" and any("exact-argument" in r for r in sloppy.reasons)
 
 
+def test_a_miss_of_the_references_own_marks_rests_on_the_reference() -> None:
+    """Trigger F1 and exact arguments are judged against the reference's self-run, i.e. against
+    another engine's tool prompting: failing only those is a reference disagreement (SUSPECT at
+    most), while bad responses and the fixed floors stay on the endpoint's own grounds."""
+    ref = _fig(100, 100, 0, det=50, exact=45)
+    shy = judge(_fig(100, 100, 0, tp=70, fn=30, det=50, exact=30), ref, SETTINGS, 0.002)
+    assert shy.verdict == "fail" and shy.grounds == "reference", shy.reasons
+    broken = judge(_fig(100, 97, 3, tp=70, fn=30, det=50, exact=30), ref, SETTINGS, 0.002)
+    assert broken.verdict == "fail" and broken.grounds == "self", broken.reasons
+    weak_ref = _fig(100, 90, 10)
+    below_ref = judge(_fig(100, 80, 20), weak_ref, SETTINGS, 0.002)
+    assert below_ref.verdict == "fail" and below_ref.grounds == "self"  # 20% bad: the error test rejects
+    assert judge(_fig(100, 97, 3), None, SETTINGS, 0.002).grounds == "self"
+    hard = judge(_fig(100, 90, 10), None, SETTINGS, 0.002)
+    assert hard.demote and hard.grounds == "self"
+
+
 def test_too_few_responses_are_inconclusive() -> None:
     fig = Figures(19, 19, 19, 0, 19, 19, 0, 0, 0, 0, 0)  # min_calls is 20
     j = judge(fig, None, SETTINGS, 0.002)
