@@ -80,8 +80,8 @@ class ProbeClient:
         self.requests = 0
         self.tokens = 0
         self.errors = 0
-        # (prompt fingerprint, reported prompt_tokens) per answer: the round's usage-consistency check.
-        self.prompt_counts: list[tuple[str, int]] = []
+        # (prompt fingerprint, reported prompt_tokens or None) per answer: the round's usage-consistency check.
+        self.prompt_counts: list[tuple[str, int | None]] = []
 
     @property
     def endpoint_id(self) -> str:
@@ -117,9 +117,7 @@ class ProbeClient:
         except ValueError as exc:
             self.errors += 1
             raise ProbeUnavailable(f"{ep.id}: unreadable response: {exc}") from None
-        counted = reported_prompt_tokens(data)
-        if counted is not None:
-            self.prompt_counts.append((fingerprint(payload), counted))
+        self.prompt_counts.append((fingerprint(payload), reported_prompt_tokens(data)))
         usage = data.get("usage") or {}
         spent = int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
         self.tokens += spent

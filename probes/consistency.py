@@ -42,12 +42,19 @@ class UsageConsistency:
     name: ClassVar[str] = NAME
     effect: ClassVar[Effect] = "confirm"
 
-    def judge(self, records: Sequence[tuple[str, int]], settings: ProbeSettings, *, confirm: bool) -> ProbeResult | None:
-        """The round's result, or None when no prompt was answered twice (no evidence either way)."""
+    def judge(
+        self, records: Sequence[tuple[str, int | None]], settings: ProbeSettings, *, confirm: bool
+    ) -> ProbeResult | None:
+        """The round's result: None when no prompt was answered twice (no evidence either way),
+        inconclusive when prompts were repeated but no answer reported prompt_tokens."""
         own = settings.consistency
         outcome = usage_consistency(records, own.tolerated_share)
         if outcome is None:
-            return None
+            fingerprints = [fp for fp, _ in records]
+            if len(set(fingerprints)) == len(fingerprints):
+                return None
+            return ProbeResult(self.name, "inconclusive", 0, effect=self.effect,
+                               details={"reason": "repeated prompts, but no answer reported prompt_tokens"})
         alpha = settings.health.confirm_alpha if confirm else own.alpha
         verdict, outcome = judged(outcome, alpha, settings.health)
         return ProbeResult.of(self.name, verdict, outcome, effect=self.effect, grounds="self", alpha=alpha)

@@ -242,7 +242,7 @@ class ProbeRunner:
         at = self.wall()
         run_id = await self._db("start_run", lambda db: db.start_run(endpoint.id, suite, at=at, trigger=trigger))
         results = []
-        traffic: list[tuple[str, int]] = []  # the endpoint's reported prompt_tokens, per prompt
+        traffic: list[tuple[str, int | None]] = []  # the endpoint's reported prompt_tokens, per prompt
         for name in probes:
             emit({"event": "probe", "endpoint": endpoint.id, "probe": name, "confirm": confirm})
             result = await self.run_probe(endpoint, name, confirm=confirm, emit=emit, template=template,
@@ -282,7 +282,7 @@ class ProbeRunner:
 
     async def run_probe(
         self, endpoint: Endpoint, name: str, *, confirm: bool, emit: Emit = _no_emit,
-        template: TemplateCheck | None = None, traffic: list[tuple[str, int]] | None = None,
+        template: TemplateCheck | None = None, traffic: list[tuple[str, int | None]] | None = None,
     ) -> ProbeResult:
         """One probe, never raising: a missing module, an inapplicable endpoint, an unreachable
         upstream, a spent budget or a bug in the probe all come back as a result that says so.
@@ -323,7 +323,7 @@ class ProbeRunner:
             log.exception("probes: %s on %s raised", name, endpoint.id)
             result = ProbeResult(name, "error", 0, effect=probe.effect, details={"error": f"{type(exc).__name__}: {exc}"})
         if traffic is not None:
-            traffic.extend(client.prompt_counts)
+            traffic.extend(getattr(client, "prompt_counts", ()))
         spent = client.tokens + (ref_client.tokens if ref_client is not None else 0)
         requests = client.requests + (ref_client.requests if ref_client is not None else 0)
         details = {**(result.details or {}), "seconds": round(time.perf_counter() - started, 3),

@@ -18,24 +18,28 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
-from scipy import stats
-
 from probes.base import Outcome
 
 
-def usage_consistency(records: Iterable[tuple[str, int]], tolerated_share: float) -> Outcome | None:
-    """`records`: (prompt fingerprint, reported prompt_tokens) per answered request. None when no
-    prompt was answered twice (nothing to compare)."""
-    by_prompt: dict[str, Counter[int]] = defaultdict(Counter)
+def usage_consistency(records: Iterable[tuple[str, int | None]], tolerated_share: float) -> Outcome | None:
+    """`records`: (prompt fingerprint, reported prompt_tokens or None when the answer reported
+    none) per answered request. An answer without a count to a prompt that other answers counted
+    is off too (leaving usage out of the substituted answers would hide them). None when no prompt
+    was answered twice with a count among its answers (nothing to compare)."""
+    from scipy import stats  # imported here: the client that records counts is on the gateway's import path
+
+    by_prompt: dict[str, Counter[int | None]] = defaultdict(Counter)
     for fingerprint, tokens in records:
         by_prompt[fingerprint][tokens] += 1
-    repeated = {fp: counts for fp, counts in by_prompt.items() if counts.total() >= 2}
+    repeated = {fp: counts for fp, counts in by_prompt.items()
+                if counts.total() >= 2 and any(t is not None for t in counts)}
     if not repeated:
         return None
     n = sum(counts.total() for counts in repeated.values())
-    off = sum(counts.total() - counts.most_common(1)[0][1] for counts in repeated.values())
+    off = sum(counts.total() - max(c for t, c in counts.items() if t is not None) for counts in repeated.values())
     p = float(stats.binom.sf(off - 1, n, tolerated_share)) if off else 1.0
-    mixed = {fp: {str(t): c for t, c in sorted(counts.items())} for fp, counts in repeated.items() if len(counts) > 1}
+    mixed = {fp: {str(t): c for t, c in sorted(counts.items(), key=lambda tc: (tc[0] is None, tc[0] or 0))}
+             for fp, counts in repeated.items() if len(counts) > 1}
     return Outcome(
         statistic=off / n, p_value=p, samples=n,
         details={"prompts": len(repeated), "off_count": off, "tolerated_share": tolerated_share,

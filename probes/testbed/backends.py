@@ -146,6 +146,13 @@ def quantize_tensors(source: Path, pattern: str, qtype: str, cache_dir: Path) ->
         changed = sorted(name for name in before if before[name] != after.get(name))
         if [n for n in changed if n not in matched]:
             raise ModelError(f"re-quantizing {pattern!r} of {source.name} also changed {changed[:3]}")
+        # llama.cpp falls back to another type where rows do not fit the type's blocks, and skips
+        # tensors it does not quantize (norms): such a copy is not the fault asked for.
+        wrong = [n for n in matched if after[n][0] != qtype]
+        if wrong or not changed:
+            got = sorted({after[n][0] for n in wrong})
+            raise ModelError(f"re-quantizing {pattern!r} of {source.name} to {qtype} left {len(wrong)} of "
+                             f"{len(matched)} matching tensors as {got}")
         os.replace(partial, target)
     finally:
         if os.path.exists(partial):

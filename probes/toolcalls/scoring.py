@@ -191,7 +191,7 @@ def judge(fig: Figures, ref: Figures | None, settings: ToolCallSettings, baselin
     marks["schema_accuracy"] = settings.schema_floor if ref_schema is None else ref_schema - settings.schema_margin
     if enough_calls and schema is not None and schema < marks["schema_accuracy"]:
         reasons.append(f"schema accuracy {schema:.1%} < pass mark {marks['schema_accuracy']:.1%}")
-        own = own or ref_schema is None
+        own = own or ref_schema is None or schema < settings.schema_floor
     if ref is not None and fig.judged >= settings.min_calls:
         # The truth is the reference's own answers, so its F1 against itself is 1.
         marks["f1"] = 1.0 - settings.f1_margin

@@ -33,7 +33,7 @@ class FakeProbeClient:
         self.requests = 0
         self.tokens = 0
         self.errors = 0
-        self.prompt_counts: list[tuple[str, int]] = []
+        self.prompt_counts: list[tuple[str, int | None]] = []
 
     @property
     def endpoint_id(self) -> str:
@@ -52,9 +52,7 @@ class FakeProbeClient:
         if isinstance(result, Exception):
             self.errors += 1
             raise result
-        counted = reported_prompt_tokens(result)
-        if counted is not None:
-            self.prompt_counts.append((fingerprint({"model": self.endpoint.model, **body}), counted))
+        self.prompt_counts.append((fingerprint({"model": self.endpoint.model, **body}), reported_prompt_tokens(result)))
         usage = result.get("usage") or {}
         self.tokens += int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
         return result

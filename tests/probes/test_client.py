@@ -94,6 +94,17 @@ async def test_each_answer_records_its_prompt_and_the_reported_prompt_tokens() -
     assert x1 == x2 != y and (n1, n2, n3) == (30, 30, 19)
 
 
+async def test_an_answer_without_usage_is_recorded_as_uncounted() -> None:
+    def answer(request: Any) -> MockResponse:
+        body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "a"}, "finish_reason": "stop"}]}
+        return MockResponse(status=200, body=orjson.dumps(body))
+
+    budget = ProbeBudget(requests_per_day=100, tokens_per_day=0, clock=time.time)
+    client = ProbeClient(make_endpoint("ep", "m"), MockHTTPClient(answer), TIMEOUTS, budget)
+    await client.chat({"messages": [{"role": "user", "content": "x"}]})
+    assert [n for _, n in client.prompt_counts] == [None]
+
+
 async def test_a_failed_request_records_no_count() -> None:
     client = probe_client(500, "down")
     with pytest.raises(ProbeUnavailable):

@@ -60,3 +60,9 @@ def test_the_result_is_an_own_grounds_confirmatory_test_at_the_rounds_alpha() ->
 
 def test_no_repeated_prompt_gives_no_result() -> None:
     assert UsageConsistency().judge([("a", 30), ("b", 31)], ProbeSettings(), confirm=False) is None
+
+
+def test_repeated_prompts_without_any_count_are_inconclusive_and_say_why() -> None:
+    result = UsageConsistency().judge([("a", None), ("a", None)], ProbeSettings(), confirm=False)
+    assert result is not None and result.verdict == "inconclusive"
+    assert result.details is not None and "no answer reported prompt_tokens" in result.details["reason"]

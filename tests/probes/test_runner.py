@@ -41,7 +41,7 @@ class FakeClient:
     tokens: int = 0
     requests: int = 0
     errors: int = 0
-    prompt_counts: list[tuple[str, int]] = field(default_factory=list)
+    prompt_counts: list[tuple[str, int | None]] = field(default_factory=list)
 
     @property
     def endpoint_id(self) -> str:

@@ -7,7 +7,7 @@ import numpy as np
 from probes.stats.consistency import usage_consistency
 
 
-def records(counts: dict[str, list[int]]) -> list[tuple[str, int]]:
+def records(counts: dict[str, list[int | None]]) -> list[tuple[str, int | None]]:
     return [(fp, n) for fp, values in counts.items() for n in values]
 
 
@@ -63,3 +63,14 @@ def test_the_p_value_holds_its_level_under_the_tolerated_noise() -> None:
 def test_a_fifty_fifty_split_counts_half_as_off() -> None:
     out = usage_consistency(records({"a": [10, 20] * 5}), 0.01)
     assert out is not None and out.details["off_count"] == 5 and out.statistic == 0.5
+
+
+def test_an_answer_without_a_count_to_a_counted_prompt_is_off() -> None:
+    """Review finding: leaving usage out of the substituted answers hid them (p = 1)."""
+    out = usage_consistency(records({"a": [30] * 9 + [None] * 3, "b": [32] * 12}), 0.01)
+    assert out is not None and out.details["off_count"] == 3 and out.p_value is not None and out.p_value < 0.01
+    assert out.details["mixed_counts"]["a"] == {"30": 9, "None": 3}
+
+
+def test_prompts_never_counted_are_no_evidence() -> None:
+    assert usage_consistency(records({"a": [None] * 5}), 0.01) is None

@@ -124,6 +124,9 @@ def test_a_miss_of_the_references_own_marks_rests_on_the_reference() -> None:
     assert judge(_fig(100, 97, 3), None, SETTINGS, 0.002).grounds == "self"
     hard = judge(_fig(100, 90, 10), None, SETTINGS, 0.002)
     assert hard.demote and hard.grounds == "self"
+    # Below the fixed floor is the endpoint's own ground even when the reference set a lower mark.
+    below_floor = judge(_fig(100, 96, 0), _fig(100, 100, 0), SETTINGS, 0.002)
+    assert below_floor.verdict == "fail" and below_floor.grounds == "self", below_floor.reasons
 
 
 def test_too_few_responses_are_inconclusive() -> None:
