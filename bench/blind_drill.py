@@ -193,6 +193,9 @@ def audit(root: str, provider: str, probes: str) -> tuple[dict[str, Any], float,
     return run, seconds, err.getvalue()
 
 
+KEPT_DETAILS = ("conversation", "logprob_spread", "outside_head", "mixed_counts", "off_count")
+
+
 def record(e: Endpoint, run: dict[str, Any], seconds: float) -> dict[str, Any]:
     results = [
         {
@@ -205,6 +208,9 @@ def record(e: Endpoint, run: dict[str, Any], seconds: float) -> dict[str, Any]:
             "why": (r.get("details") or {}).get("error")
             or (r.get("details") or {}).get("skipped")
             or (r.get("details") or {}).get("reason"),
+            # What a failure needs to be looked into: fidelity's conversation and how far its
+            # answers' logprobs spread, the consistency check's mixed counts.
+            **{k: v for k, v in (r.get("details") or {}).items() if k in KEPT_DETAILS},
         }
         for r in run["results"]
     ]
