@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernel.errors import GatewayError, ProviderError, ProviderRejected
 from probes.budget import ProbeBudget
-from probes.consistency import fingerprint, reported_prompt_tokens
+from probes.prompt_identity import fingerprint, reported_prompt_tokens
 from providers.call import call
 
 if TYPE_CHECKING:

@@ -10,10 +10,8 @@ model's counts. Its alarm is confirmed by the probes that send repeated prompts 
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import ClassVar
 
 from probes.base import Effect, ProbeResult
 from probes.settings import ProbeSettings
@@ -21,21 +19,6 @@ from probes.stats.consistency import usage_consistency
 from probes.windowed import judged
 
 NAME = "consistency"
-
-# The body fields that decide what the endpoint tokenizes; sampling parameters do not.
-_PROMPT_FIELDS = ("messages", "prompt", "tools", "tool_choice", "response_format", "functions")
-
-
-def fingerprint(payload: Mapping[str, Any]) -> str:
-    """The identity of a request's prompt (its model, messages or prompt, tools and format)."""
-    spec = {k: payload.get(k) for k in ("model", *_PROMPT_FIELDS) if payload.get(k) is not None}
-    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def reported_prompt_tokens(answer: Mapping[str, Any]) -> int | None:
-    usage = answer.get("usage")
-    value = usage.get("prompt_tokens") if isinstance(usage, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 class UsageConsistency:

@@ -15,7 +15,7 @@ import numpy as np
 from gateway.catalog import Endpoint
 from probes.budget import ProbeBudget
 from probes.client import ProbeClient, ProbeUnavailable
-from probes.consistency import fingerprint, reported_prompt_tokens
+from probes.prompt_identity import fingerprint, reported_prompt_tokens
 from providers.http import AiohttpClient, Timeouts
 from tests.fakes.catalog import make_endpoint
 

@@ -20,8 +20,8 @@ from probes.base import Effect, Grounds, ProbeContext, ProbeResult, Verdict
 from probes.baselines import MemoryBaselines
 from probes.budget import BudgetExhausted
 from probes.client import ProbeUnavailable
-from probes.consistency import fingerprint
 from probes.evidence import EvidenceStore
+from probes.prompt_identity import fingerprint
 from probes.registry import ProbeRegistry
 from probes.runner import ProbeRunner
 from probes.settings import HealthSettings, ProbeSettings
