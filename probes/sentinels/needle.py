@@ -86,13 +86,17 @@ def retrieved(answer: str, code: str) -> bool:
     return code in re.sub(r"(?<=\d)[\s,.\-](?=\d)", "", answer)
 
 
-def judge_retrieval(cells: Sequence[NeedleCell], *, min_lost: int) -> Outcome:
+def judge_retrieval(cells: Sequence[NeedleCell], *, min_lost: int, noise_cells: int = 0) -> Outcome:
     """Cells lost (expected found, not found) and their pattern.
 
     `details["finding"]`: truncation (losses start at some size, retrieval works below it, and at
     each depth, once lost, stays lost at every larger size: a cut only grows with the prompt),
     degraded (losses without that pattern, e.g. at the smallest size), retrieved, or uninformative
     (nothing expected anywhere).
+    A lost cell found again at a larger size of its depth is no cut's doing: up to `noise_cells`
+    of them, all below the cut, are borderline retrievals that flipped with engine numerics
+    (batching, cache reuse) and do not hide the pattern (`details["noise"]`; the cut's own cells
+    are `details["cut"]`).
     The statistic is the share of informative cells lost.
     """
     answered = [c for c in cells if c.found is not None]
@@ -111,20 +115,33 @@ def judge_retrieval(cells: Sequence[NeedleCell], *, min_lost: int) -> Outcome:
     share = len(lost) / len(informative)
     if len(lost) < min_lost or len(lost) < 2 * len(gained):
         return Outcome(share, samples=len(answered), details={**details, "finding": "retrieved"})
-    first_lost = min(c.size for c in lost)
+    cut, noise = _split_losses(informative)
+    details.update(cut=[c.key for c in cut], noise=[c.key for c in noise])
+    first_lost = min(c.size for c in cut) if cut else min(c.size for c in lost)
     kept_below = [c.size for c in informative if c.size < first_lost]
     largest = max(c.size for c in informative)
-    truncation = bool(kept_below) and any(c.size == largest for c in lost) and _lost_for_good(informative)
+    truncation = (
+        len(cut) >= min_lost and bool(kept_below) and any(c.size == largest for c in cut)
+        and len(noise) <= noise_cells and all(c.size < first_lost for c in noise)
+    )
     details.update(first_lost_size=first_lost, last_kept_size=max(kept_below) if kept_below else None)
     return Outcome(share, samples=len(answered), details={**details, "finding": "truncation" if truncation else "degraded"})
 
 
-def _lost_for_good(informative: Sequence[NeedleCell]) -> bool:
-    """Whether, at every depth, no retrieval succeeds at a size larger than one that was lost."""
-    for depth in {c.depth for c in informative}:
-        lost_yet = False
-        for c in sorted((c for c in informative if c.depth == depth), key=lambda c: c.size):
-            if lost_yet and c.found:
-                return False
-            lost_yet = lost_yet or not c.found
-    return True
+def _split_losses(informative: Sequence[NeedleCell]) -> tuple[list[NeedleCell], list[NeedleCell]]:
+    """(cut, noise): per depth, the lost cells larger than every found one (what a cut would lose)
+    and the lost cells with a found one above them (what no cut loses), each by size."""
+    cut: list[NeedleCell] = []
+    noise: list[NeedleCell] = []
+    for depth in sorted({c.depth for c in informative}):
+        row = sorted((c for c in informative if c.depth == depth), key=lambda c: c.size)
+        found_sizes = [c.size for c in row if c.found]
+        last_found = max(found_sizes) if found_sizes else None
+        for c in row:
+            if not c.found:
+                (noise if last_found is not None and c.size < last_found else cut).append(c)
+    return sorted(cut, key=_by_size), sorted(noise, key=_by_size)
+
+
+def _by_size(c: NeedleCell) -> tuple[int, float]:
+    return c.size, c.depth

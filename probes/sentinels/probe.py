@@ -71,7 +71,7 @@ class SentinelsProbe:
         else:
             expected_counts = (saved["usage"] or {}).get("counts", {})
         checks["usage_comparison"] = usage.compare_counts(observed, expected_counts, tolerance=u.abs_tolerance)
-        checks["needle"] = needle.judge_retrieval(cells, min_lost=s.needle.min_lost)
+        checks["needle"] = needle.judge_retrieval(cells, min_lost=s.needle.min_lost, noise_cells=s.needle.noise_cells)
         lp = s.loops
         expected_loops = (
             {c.key: c for c in ref_loop_cells}

@@ -44,6 +44,10 @@ class NeedleSettings(Frozen):
     code_digits: int = Field(6, ge=3, le=12)
     # A truncation pattern needs at least this many retrievals lost against the expectation.
     min_lost: int = Field(2, ge=1)
+    # A cut's pattern tolerates this many lost cells found again at a larger size of their depth,
+    # all below the cut: a borderline retrieval flips with the engine's numerics (batch splits,
+    # prompt-cache reuse) between the reference and an honest endpoint.
+    noise_cells: int = Field(1, ge=0)
 
     @field_validator("depths")
     @classmethod

@@ -117,13 +117,16 @@ async def test_a_tail_keeping_cut_to_half_the_window_is_demoted(testbed, memo):
     result, counts = await run(testbed, memo, settings, fault)
     assert counts.get("truncate_prompt", 0) > 0
     needle = result.details["needle"]
-    # The reference retrieves every cell of the three sizes above half the window (48@0.05, the
-    # needle in the first sentence of a 48-token filler, it misses: that cell carries no signal).
+    # The reference retrieves every cell of the three sizes above half the window. 48@0.05, the
+    # needle in the first sentence of a 48-token filler, is borderline: the reference and the
+    # (untruncated) target answer it either way with the engine's numerics, and one such flip below
+    # the cut is noise the pattern tolerates (NeedleSettings.noise_cells).
     upper = [c for c in needle["cells"] if c["size"] > 200]
     assert len(upper) == 9 and all(c["expected"] for c in upper), needle["cells"]
     assert (result.verdict, result.effect) == ("fail", "demote"), needle
     assert needle["finding"] == "truncation"
-    assert len(needle["lost"]) >= 3 and all(int(k.split("@")[0]) > 200 for k in needle["lost"])
+    assert len(needle["cut"]) >= 3 and all(int(k.split("@")[0]) > 200 for k in needle["cut"])
+    assert set(needle["noise"]) <= {"48@0.05"}, needle
     assert needle["last_kept_size"] == 127
 
 

@@ -117,3 +117,27 @@ def test_a_depth_that_recovers_at_a_larger_size_is_not_truncation():
     found = [[1, 1, 1], [1, 1, 1], [0, 0, 1], [1, 0, 1]]
     out = judge_retrieval(cells([[bool(x) for x in row] for row in found]), min_lost=2)
     assert out.details["finding"] == "degraded"
+
+
+def test_one_borderline_loss_below_the_cut_does_not_hide_a_truncation():
+    # A tail-keeping cut loses the early needle of the two largest sizes; the smallest size's early
+    # needle, a borderline retrieval, flipped with engine numerics (it is found at a larger size).
+    found = [[0, 1, 1], [1, 1, 1], [0, 1, 1], [0, 1, 1]]
+    out = judge_retrieval(cells([[bool(x) for x in row] for row in found]), min_lost=2, noise_cells=1)
+    assert out.details["finding"] == "truncation", out.details
+    assert out.details["cut"] == ["512@0.1", "1024@0.1"] and out.details["noise"] == ["128@0.1"]
+    assert (out.details["first_lost_size"], out.details["last_kept_size"]) == (512, 256)
+    assert out.statistic == 3 / 12
+    # Without the tolerance (or with two such losses) the pattern is not a cut.
+    assert judge_retrieval(cells([[bool(x) for x in row] for row in found]), min_lost=2, noise_cells=0).details[
+        "finding"] == "degraded"
+    two = [[0, 0, 1], [1, 1, 1], [0, 1, 1], [0, 1, 1]]
+    assert judge_retrieval(cells([[bool(x) for x in row] for row in two]), min_lost=2, noise_cells=1).details[
+        "finding"] == "degraded"
+
+
+def test_a_loss_inside_the_cut_that_is_found_again_is_not_tolerated_as_noise():
+    # 512@0.1 is lost but 1024@0.1 found: no cut at 512 could do that, whatever the tolerance.
+    found = [[1, 1, 1], [1, 1, 1], [0, 0, 1], [1, 0, 1]]
+    out = judge_retrieval(cells([[bool(x) for x in row] for row in found]), min_lost=2, noise_cells=1)
+    assert out.details["finding"] == "degraded"
