@@ -40,4 +40,5 @@ class UsageConsistency:
                                details={"reason": "repeated prompts, but no answer reported prompt_tokens"})
         alpha = settings.health.confirm_alpha if confirm else own.alpha
         verdict, outcome = judged(outcome, alpha, settings.health)
-        return ProbeResult.of(self.name, verdict, outcome, effect=self.effect, grounds="self", alpha=alpha)
+        return ProbeResult.of(self.name, verdict, outcome, effect=self.effect, grounds="self", alpha=alpha,
+                              fleet_weight=own.fleet_weight)

@@ -7,8 +7,9 @@ whose data are fresh by design: on-demand audits and confirmatory rounds (schedu
 left out, or an honest endpoint's hourly passes would shrink it). Each factor is valid given the
 past (its round was decided on before its data were drawn), so the product is a test
 supermartingale and its value when a demotion is proposed is an e-value (Ville). A result's
-e-value is its own-grounds p-value through the calibrator kappa * p^(kappa - 1); a comparison with
-the reference alone carries none (e = 1): another correct engine fails it.
+e-value is its own-grounds p-value through the calibrator kappa * p^(kappa - 1), or a fixed share of
+it (`fleet_weight` in its details; the rest stays 1) where a check's p-value is 1 on every honest
+endpoint; a comparison with the reference alone carries none (e = 1): another correct engine fails it.
 
 A proposed demotion happens only when the round's demoted set stays one that e-BH itself rejects
 at `probes.fleet.alpha` with n = the fleet's size: with the endpoints already demoted this round
@@ -77,7 +78,13 @@ def result_e(r: ProbeResult, kappa: float) -> float:
     p = details.get("self_p_value") if "self_p_value" in details else r.p_value if r.grounds == "self" else None
     if not isinstance(p, int | float) or math.isnan(p):
         return 1.0
-    return min(E_CAP, calibrate(min(1.0, max(0.0, float(p))), kappa))
+    e = calibrate(min(1.0, max(0.0, float(p))), kappa)
+    # A check may stake a share w of its e-value on its test, fixed before its data: (1 - w) + w * e
+    # is an e-value too, and a pass costs 1 - w * (1 - kappa) instead of kappa (probes.consistency).
+    w = details.get("fleet_weight")
+    if isinstance(w, int | float) and not isinstance(w, bool) and 0 <= w <= 1:
+        e = (1 - w) + w * e
+    return min(E_CAP, e)
 
 
 def audit_e(results: Iterable[ProbeResult], kappa: float) -> float:

@@ -74,6 +74,10 @@ class ConsistencySettings(Frozen):
     # The share of requests an honest endpoint may count otherwise (the null's tolerance).
     tolerated_share: float = Field(0.01, gt=0, lt=1)
     alpha: float = Field(0.01, gt=0, lt=1)
+    # The share of its e-value the fleet's e-BH stakes on this check (probes.fleet): its p-value is 1
+    # on every honest endpoint, where the whole calibrator would cost kappa (0.5) a round and hold back
+    # other probes' demotions; a substitution it catches (p ~ 1e-50) still reaches any bar.
+    fleet_weight: float = Field(0.05, ge=0, le=1)
 
 
 class ToolCallSettings(Frozen):

@@ -15,6 +15,8 @@ def test_the_result_is_an_own_grounds_confirmatory_test_at_the_rounds_alpha() ->
     assert first.details is not None and first.details["alpha"] == settings.consistency.alpha
     again = UsageConsistency().judge(mixed, settings, confirm=True)
     assert again is not None and again.details is not None and again.details["alpha"] == settings.health.confirm_alpha
+    # The fleet's e-value stakes only a share on this check (its p-value is 1 on honest endpoints).
+    assert first.details["fleet_weight"] == settings.consistency.fleet_weight < 1
 
 
 def test_no_repeated_prompt_gives_no_result() -> None:

@@ -42,6 +42,23 @@ def test_a_result_s_e_value_is_its_own_grounds_p_value_calibrated() -> None:
     assert audit_e([res(p=0.0001), res("pass", p=1.0)], 0.5) == pytest.approx(25.0)
 
 
+
+def test_a_result_may_stake_only_a_share_of_its_e_value_on_its_test() -> None:
+    """A check whose p-value is 1 on every honest endpoint (the usage-consistency check: no prompt
+    counted two ways) would cost the fleet's e-value kappa each round it passes. Staking a share w
+    of it on the calibrated p-value, (1 - w) + w * kappa * p^(kappa - 1), is still an e-value (the
+    calibrator's mean is 1 under a uniform p, so is the mixture's) and costs a pass only 1 - w/2."""
+    staked = {"fleet_weight": 0.05}
+    assert result_e(res("pass", p=1.0, details=staked), 0.5) == pytest.approx(0.975)
+    assert result_e(res(p=0.0001, details=staked), 0.5) == pytest.approx(0.95 + 0.05 * 50.0)
+    assert result_e(res(p=1e-50, details=staked), 0.5) == E_CAP
+    grid = (np.arange(2000) + 0.5) / 2000  # midpoints of a uniform p
+    mean = np.mean([result_e(res("pass", p=float(u), details=staked), 0.5) for u in grid])
+    assert mean == pytest.approx(1.0, abs=0.02)
+    # A weight that is not a share in [0, 1] is ignored: the whole calibrator, which is valid.
+    for bad in (1.5, -0.1, "0.05", float("nan"), None):
+        assert result_e(res("pass", p=1.0, details={"fleet_weight": bad}), 0.5) == 0.5
+
 async def test_e_bh_over_the_round_s_proposed_demotions() -> None:
     """10 endpoints at FDR 0.1: one demotion needs e >= 100, two need e >= 50 each."""
     clock = FakeClock(start=10 * DAY)

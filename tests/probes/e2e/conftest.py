@@ -5,6 +5,7 @@ served by uvicorn on loopback; `gwctl probe` talks to it over HTTP."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -63,8 +64,8 @@ def testbed() -> Iterator[Testbed]:
         yield tb
 
 
-@pytest.fixture(scope="package")
-def gateway(testbed: Testbed) -> Iterator[GatewayServer]:
+@contextmanager
+def serve_gateway(testbed: Testbed) -> Iterator[GatewayServer]:
     loop = BackgroundLoop().start()
     server = GatewayServer(create_app(gateway_settings(testbed)), loop).start()
     try:
@@ -72,3 +73,17 @@ def gateway(testbed: Testbed) -> Iterator[GatewayServer]:
     finally:
         server.stop()
         loop.stop()
+
+
+@pytest.fixture(scope="package")
+def gateway(testbed: Testbed) -> Iterator[GatewayServer]:
+    with serve_gateway(testbed) as server:
+        yield server
+
+
+@pytest.fixture
+def fresh_gateway(testbed: Testbed) -> Iterator[GatewayServer]:
+    """A gateway of its own (health, evidence, fleet round and probe RNG as at start-up): for a test
+    whose outcome must not depend on the rounds earlier tests ran (which conversation a probe draws)."""
+    with serve_gateway(testbed) as server:
+        yield server

@@ -115,10 +115,18 @@ def test_substituted_model_is_caught_against_the_reference(gwctl: Gwctl, testbed
     gwctl.recover(testbed, TARGET, "tb-target", "logprob_drift")
 
 
-def test_a_share_of_requests_served_by_another_model_is_caught_on_a_first_audit(gwctl: Gwctl, testbed: Testbed) -> None:
+def test_a_share_of_requests_served_by_another_model_is_caught_on_a_first_audit(
+    gwctl: Gwctl, fresh_gateway: GatewayServer, testbed: Testbed, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A quarter of the answers come from Gemma 3 270M under SmolLM2's name, from the endpoint's
     first request on (no golden window of the honest model to compare with): the endpoint counts
-    its repeated prompts two ways, and the round's consistency check fails on its own grounds."""
+    its repeated prompts two ways, and the round's consistency check fails on its own grounds.
+
+    On a gateway of its own: which conversation fidelity draws depends on the rounds run before,
+    and the two models count some of the pool's conversations alike (that prompt carries no
+    signal; with this config's few repeated prompts, one such draw leaves the confirmatory round
+    without the evidence it needs)."""
+    gwctl = Gwctl(fresh_gateway, capsys)  # the fixture's still clears the fault before and after
     testbed.set_fault("target", {"partial": {"share": 0.25, "fault": {"substitute": "gemma3-270m"}}, "seed": 5})
     code, text = gwctl.probe("--provider", "tb-target", "--probes", "fidelity", "--json")
     assert code == 1, text
