@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kernel.errors import GatewayError, ProviderError, ProviderRejected
+from kernel.values import Usage
 from probes.budget import ProbeBudget
 from probes.prompt_identity import fingerprint, reported_prompt_tokens
 from providers.call import call
@@ -104,7 +105,9 @@ class ProbeClient:
         try:
             request = ep.adapter.build_request(ep.target, op, payload, False)
             parsed = await call(self._http, self._timeouts, ep, op, request, sent=payload)
-            data: dict[str, Any] = json.loads(parsed.body)
+            data = json.loads(parsed.body)
+            if not isinstance(data, dict):
+                raise ValueError("the answer is not a JSON object")
         except ProviderError as exc:
             if exc.upstream_status is None:
                 raise self._unavailable(exc) from None
@@ -118,8 +121,10 @@ class ProbeClient:
             self.errors += 1
             raise ProbeUnavailable(f"{ep.id}: unreadable response: {exc}") from None
         self.prompt_counts.append((fingerprint(payload), reported_prompt_tokens(data)))
-        usage = data.get("usage") or {}
-        spent = int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
+        # The adapter's validated usage (a count that is no non-negative number is 0, one past the
+        # cap is capped): the raw answer's could be a string, a list or negative.
+        usage = parsed.usage or Usage.from_openai(data.get("usage")) or Usage()
+        spent = usage.prompt_tokens + usage.completion_tokens
         self.tokens += spent
         self._budget.record_tokens(ep.id, spent)
         return data

@@ -110,3 +110,38 @@ async def test_a_failed_request_records_no_count() -> None:
     with pytest.raises(ProbeUnavailable):
         await client.chat({"messages": [{"role": "user", "content": "x"}]})
     assert client.prompt_counts == []
+
+
+def answering(body: Any) -> ProbeClient:
+    http = MockHTTPClient(lambda request: MockResponse(status=200, body=orjson.dumps(body)))
+    budget = ProbeBudget(requests_per_day=100, tokens_per_day=0, clock=time.time)
+    return ProbeClient(make_endpoint("ep", "m"), http, TIMEOUTS, budget)
+
+
+def _answer(usage: Any) -> dict[str, Any]:
+    message = {"role": "assistant", "content": "hi"}
+    return {"id": "x", "object": "chat.completion", "created": 0, "model": "m", "usage": usage,
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}  # fmt: skip
+
+
+@pytest.mark.parametrize("usage", [
+    {"prompt_tokens": "n/a", "completion_tokens": 3}, "none", [1], {"prompt_tokens": -5, "completion_tokens": 3},
+    {"prompt_tokens": 1e300, "completion_tokens": float("nan")}, None,
+])
+async def test_a_hostile_usage_counts_no_tokens_it_did_not_claim_validly(usage: Any) -> None:
+    # `int(usage.get(...))` on the raw answer raised on a string count or a non-object usage (the
+    # probe then ended "error": no quality verdict, ever), and a negative count credited the budget.
+    client = answering(_answer(usage))
+    answer = await client.chat({"messages": [{"role": "user", "content": "x"}]})
+    assert answer["choices"][0]["message"]["content"] == "hi"
+    valid = 3 if isinstance(usage, dict) and usage.get("completion_tokens") == 3 else 0
+    assert client.tokens in (valid, valid + 1_000_000_000) and client.tokens >= 0
+    assert client.prompt_counts[0][1] is None
+
+
+@pytest.mark.parametrize("body", [[1, 2], "text", 7])
+async def test_an_answer_that_is_not_a_json_object_is_unreadable(body: Any) -> None:
+    client = answering(body)
+    with pytest.raises(ProbeUnavailable):
+        await client.chat({"messages": [{"role": "user", "content": "x"}]})
+    assert client.errors == 1
