@@ -8,9 +8,9 @@ no reference is needed, and another correct engine does not fail it.
 
 The null tolerates operational noise: each request may report something other than its prompt's
 usual count with probability at most `tolerated_share`, independently. With n answers to prompts
-sent at least twice and k of them off their prompt's most common count, k is stochastically below
-Binomial(n, tolerated_share) under that null (the usual count matches at most as many answers as
-the most common one does), so P(Binomial(n, tolerated_share) >= k) is a valid, conservative p-value.
+sent at least twice and k of them off their prompt's most common value (a count, or none), k is
+stochastically below Binomial(n, tolerated_share) under that null (the usual count matches at most
+as many answers as the most common value does), so P(Binomial(n, tolerated_share) >= k) is a valid, conservative p-value.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def usage_consistency(records: Iterable[tuple[str, int | None]], tolerated_share
     if not repeated:
         return None
     n = sum(counts.total() for counts in repeated.values())
-    off = sum(counts.total() - max(c for t, c in counts.items() if t is not None) for counts in repeated.values())
+    # The most common value, no count included: an answer is off when it differs from its prompt's.
+    off = sum(counts.total() - max(counts.values()) for counts in repeated.values())
     p = float(stats.binom.sf(off - 1, n, tolerated_share)) if off else 1.0
     mixed = {fp: {str(t): c for t, c in sorted(counts.items(), key=lambda tc: (tc[0] is None, tc[0] or 0))}
              for fp, counts in repeated.items() if len(counts) > 1}

@@ -72,5 +72,13 @@ def test_an_answer_without_a_count_to_a_counted_prompt_is_off() -> None:
     assert out.details["mixed_counts"]["a"] == {"30": 9, "None": 3}
 
 
+def test_when_most_answers_carry_no_count_the_counted_ones_are_off() -> None:
+    """Review finding: the usual value was taken among counts only, so 19 answers without usage
+    and one with a count made 19 off (p = 2e-37) where one answer differed from the rest."""
+    out = usage_consistency(records({"a": [None] * 19 + [30]}), 0.01)
+    assert out is not None and out.details["off_count"] == 1
+    assert out.p_value is not None and out.p_value > 0.1
+
+
 def test_prompts_never_counted_are_no_evidence() -> None:
     assert usage_consistency(records({"a": [None] * 5}), 0.01) is None
