@@ -249,7 +249,7 @@ class ProbeRunner:
                                           traffic=traffic)
             results.append(self._report(endpoint, result, confirm, emit))
         if self.settings.consistency.enabled:
-            checked = UsageConsistency().judge(traffic, self.settings, confirm=confirm)
+            checked = await self._consistency(endpoint, traffic, confirm=confirm)
             if checked is not None:
                 results.append(self._report(endpoint, checked, confirm, emit))
         decision = await self._decide(endpoint, results, confirm=confirm, trigger=trigger)
@@ -279,6 +279,19 @@ class ProbeRunner:
             self.metrics.probe_outcome(endpoint.id, result.probe, result.verdict)
         emit({"event": "result", "endpoint": endpoint.id, **result_json(result, confirm=confirm)})
         return result
+
+    async def _consistency(
+        self, endpoint: Endpoint, traffic: Sequence[tuple[str, int | None]], *, confirm: bool
+    ) -> ProbeResult | None:
+        """The round's usage-consistency check: off the event loop (its first scipy import takes a
+        second), and a bug in it is an error result, never the round's end."""
+        check = UsageConsistency()
+        try:
+            return await asyncio.to_thread(check.judge, list(traffic), self.settings, confirm=confirm)
+        except Exception as exc:
+            log.exception("probes: the usage-consistency check on %s raised", endpoint.id)
+            return ProbeResult(check.name, "error", 0, effect=check.effect,
+                               details={"error": f"{type(exc).__name__}: {exc}"})
 
     async def run_probe(
         self, endpoint: Endpoint, name: str, *, confirm: bool, emit: Emit = _no_emit,

@@ -5,6 +5,7 @@ when the last endpoint of a model is demoted."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -356,3 +357,29 @@ async def test_the_consistency_check_can_be_turned_off(monkeypatch: pytest.Monke
     runner, health, _ = make_runner(script, sends=20, consistency={"enabled": False})
     report = await runner.run(A.id, ["fidelity"], trigger="manual")
     assert [r.probe for r in report.rounds[0].results] == ["fidelity"] and health.state(A.id) == "healthy"
+
+
+async def test_the_consistency_check_runs_off_the_event_loop_and_a_bug_in_it_is_an_error_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review finding: the check ran on the event loop (its first scipy import took about a second)
+    and was the only step of the round without a guard: a bug in it lost the round's decision."""
+    from probes.consistency import UsageConsistency
+
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+
+    def broken(self: Any, records: Any, settings: Any, *, confirm: bool) -> None:
+        seen.append(threading.get_ident())
+        raise KeyError("bug")
+
+    monkeypatch.setattr(UsageConsistency, "judge", broken)
+    script = Script()
+    persistence = FakeRuns()
+    runner, health, _ = make_runner(script, persistence=persistence, sends=10)
+    report = await runner.run(A.id, ["fidelity"], trigger="manual")
+    results = {r.probe: r for r in report.rounds[0].results}
+    assert results["fidelity"].verdict == "pass"
+    assert results["consistency"].verdict == "error" and "KeyError" in results["consistency"].details["error"]
+    assert seen and seen[0] != loop_thread
+    assert health.state(A.id) == "healthy" and report.rounds[0].decision is not None
