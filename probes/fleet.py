@@ -83,7 +83,7 @@ def result_e(r: ProbeResult, kappa: float) -> float:
     # is an e-value too, and a pass costs 1 - w * (1 - kappa) instead of kappa (probes.consistency).
     w = details.get("fleet_weight")
     if isinstance(w, int | float) and not isinstance(w, bool) and 0 <= w <= 1:
-        e = (1 - w) + w * e
+        e = (1 - w) + w * e if w > 0 else 1.0  # at p = 0, e is inf, and 0 * inf is NaN
     return min(E_CAP, e)
 
 

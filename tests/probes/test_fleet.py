@@ -59,6 +59,13 @@ def test_a_result_may_stake_only_a_share_of_its_e_value_on_its_test() -> None:
     for bad in (1.5, -0.1, "0.05", float("nan"), None):
         assert result_e(res("pass", p=1.0, details={"fleet_weight": bad}), 0.5) == 0.5
 
+
+def test_a_check_staking_nothing_adds_nothing_even_at_p_zero() -> None:
+    """Review finding: at w = 0 and p = 0 (a binomial tail that underflows) the mixture was
+    1 + 0 * inf = NaN, and min(E_CAP, NaN) gave E_CAP: the largest e-value from a check taken out."""
+    assert result_e(res(p=0.0, details={"fleet_weight": 0}), 0.5) == 1.0
+    assert result_e(res(p=0.0, details={"fleet_weight": 0.05}), 0.5) == E_CAP
+
 async def test_e_bh_over_the_round_s_proposed_demotions() -> None:
     """10 endpoints at FDR 0.1: one demotion needs e >= 100, two need e >= 50 each."""
     clock = FakeClock(start=10 * DAY)
