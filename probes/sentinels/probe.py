@@ -1,7 +1,8 @@
 """The `sentinels` probe: usage counts, needle retrieval and loops in one daily run.
 
 A confirmed truncation (the needle pattern, or usage flattening where retrieval was lost) is a
-hard rule: effect "demote". Any other failure (counts off the line or off the reference's,
+hard rule: effect "demote" (a needle pattern that forgave a lost cell as noise only in its
+confirmatory re-run). Any other failure (counts off the line or off the reference's,
 retrieval lost without the pattern, excess loops) makes the endpoint suspect. Each check is judged
 against the reference when there is one, else against the endpoint's own frozen baseline (written
 once, by its first clean run), else on its own.
@@ -83,7 +84,7 @@ class SentinelsProbe:
             alpha=min(lp.alpha, ctx.settings.health.confirm_alpha) if ctx.confirm else lp.alpha,
         )
 
-        verdict, effect, findings, truncation = _decide(checks, mine)
+        verdict, effect, findings, truncation = _decide(checks, mine, confirm=ctx.confirm)
         if verdict == "pass":
             await self._freeze(ctx, saved, fit_pts, sizes, cells, loop_cells)
         return ProbeResult(
@@ -205,20 +206,25 @@ async def _both(mine: Sampler, ref: Sampler | None, job: Any) -> tuple[Any, Any]
     return a, b
 
 
-def _decide(checks: Mapping[str, Outcome], mine: Sampler) -> tuple[Verdict, Effect, list[str], bool]:
-    """(verdict, effect, findings, truncation confirmed) from the checks' findings."""
+def _decide(
+    checks: Mapping[str, Outcome], mine: Sampler, *, confirm: bool = False
+) -> tuple[Verdict, Effect, list[str], bool]:
+    """(verdict, effect, findings, truncation found) from the checks' findings. A needle cut whose
+    pattern forgave a lost cell as noise is a hard rule only in a confirmatory round (its re-run):
+    before, it raises SUSPECT, so borderline cells that flipped beside a chance cut never demote
+    an endpoint ungated on one run."""
     findings = [f"{name}:{o.details.get('finding')}" for name, o in checks.items()
                 if o.details.get("finding") in SUSPECT_FINDINGS[name]]
     needle_d, usage_d = checks["needle"].details, checks["usage"].details
     cut_from = usage_d.get("first_cut_local")
     lost_sizes = [int(k.split("@")[0]) for k in needle_d.get("lost", [])]
-    truncation = needle_d.get("finding") == "truncation" or (
-        usage_d.get("finding") == "flattened" and cut_from is not None and any(s >= cut_from for s in lost_sizes)
-    )
+    flattened = usage_d.get("finding") == "flattened" and cut_from is not None and any(s >= cut_from for s in lost_sizes)
+    truncation = needle_d.get("finding") == "truncation" or flattened
     if mine.requests and mine.errors == mine.requests:
         return "error", "suspect", findings, False
     if truncation:
-        return "fail", "demote", findings, True
+        forgiven = bool(needle_d.get("noise")) and not flattened
+        return "fail", "suspect" if forgiven and not confirm else "demote", findings, True
     if findings:
         return "fail", "suspect", findings, False
     judged = [o.details.get("finding") for o in checks.values()]

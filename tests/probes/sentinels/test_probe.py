@@ -1,12 +1,13 @@
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from gateway.routing.tokens import TokenCounter
-from probes.base import ProbeContext
+from probes.base import Outcome, ProbeContext
 from probes.baselines import MemoryBaselines
-from probes.sentinels.probe import SentinelsProbe
+from probes.sentinels.probe import SentinelsProbe, _decide
 from probes.sentinels.settings import LoopSettings, SentinelSettings
 from probes.settings import ProbeSettings
 from tests.fakes.catalog import make_endpoint
@@ -127,3 +128,26 @@ async def test_an_unreachable_endpoint_is_an_error_with_every_request_counted(co
     result = await probe(counter, repeats=1, samples=0).run(ctx)
     assert result.verdict == "error"
     assert result.errors == result.requests == ctx.client.requests > 0
+
+
+def _checks(needle_details, usage_finding="linear"):
+    return {
+        "needle": Outcome(0.2, details={"finding": "truncation", "lost": ["4000@0.5", "4000@0.95"], **needle_details}),
+        "usage": Outcome(0.0, details={"finding": usage_finding, "first_cut_local": 3000}),
+        "usage_comparison": Outcome(0.0, details={"finding": "match"}),
+        "loops": Outcome(0.0, p_value=1.0, details={"finding": "clean"}),
+    }
+
+
+def test_a_cut_pattern_that_forgave_noise_demotes_only_when_its_re_run_finds_it_again():
+    """Review finding: the noise tolerance turned {2000@0.05 lost, found at 4000} beside two lost
+    cells at the largest size from 'degraded' (SUSPECT) into an ungated hard-rule demotion on one run."""
+    mine = SimpleNamespace(requests=30, errors=0)
+    noisy = _checks({"cut": ["4000@0.5", "4000@0.95"], "noise": ["2000@0.05"]})
+    assert _decide(noisy, mine)[:2] == ("fail", "suspect")
+    assert _decide(noisy, mine, confirm=True)[:2] == ("fail", "demote")
+    clean = _checks({"cut": ["4000@0.5", "4000@0.95"], "noise": []})
+    assert _decide(clean, mine)[:2] == ("fail", "demote")
+    # Usage that flattened where retrieval was lost confirms the cut on its own.
+    corroborated = _checks({"cut": ["4000@0.5", "4000@0.95"], "noise": ["2000@0.05"]}, usage_finding="flattened")
+    assert _decide(corroborated, mine)[:2] == ("fail", "demote")
