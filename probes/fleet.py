@@ -10,6 +10,10 @@ supermartingale and its value when a demotion is proposed is an e-value (Ville).
 e-value is its own-grounds p-value through the calibrator kappa * p^(kappa - 1), or a fixed share of
 it (`fleet_weight` in its details; the rest stays 1) where a check's p-value is 1 on every honest
 endpoint; a comparison with the reference alone carries none (e = 1): another correct engine fails it.
+Results of one round read the same answers (the usage-consistency check reads the counts of the
+requests drift, distribution and fidelity sent), so their product is an e-value only if, under the
+null, each test's p-value stays valid given the others': the consistency check's null is count
+noise independent of what the answers say, which the samplers' tests do not look at.
 
 A proposed demotion happens only when the round's demoted set stays one that e-BH itself rejects
 at `probes.fleet.alpha` with n = the fleet's size: with the endpoints already demoted this round

@@ -178,7 +178,8 @@ def judge(fig: Figures, ref: Figures | None, settings: ToolCallSettings, baselin
         table = [[fig.bad, fig.judged - fig.bad], [ref.bad, ref.judged - ref.bad]]
         details["fisher_p"] = float(stats.fisher_exact(table, alternative="greater").pvalue)
     p = error_test(fig.bad, fig.judged, null_rate)
-    details.update(null_error_rate=null_rate, alpha=settings.alpha)
+    # The error test is the endpoint's own, whatever else fails: the fleet's e-value reads it (probes.fleet).
+    details.update(null_error_rate=null_rate, alpha=settings.alpha, self_p_value=p)
     reasons: list[str] = []
     own = False  # a reason on the endpoint's own grounds
     if p <= settings.alpha:

@@ -116,6 +116,8 @@ def test_a_miss_of_the_references_own_marks_rests_on_the_reference() -> None:
     ref = _fig(100, 100, 0, det=50, exact=45)
     shy = judge(_fig(100, 100, 0, tp=70, fn=30, det=50, exact=30), ref, SETTINGS, 0.002)
     assert shy.verdict == "fail" and shy.grounds == "reference", shy.reasons
+    # Its own-grounds error test still reaches the fleet's e-value (review finding: it was dropped).
+    assert shy.details["self_p_value"] == shy.p_value == 1.0
     broken = judge(_fig(100, 97, 3, tp=70, fn=30, det=50, exact=30), ref, SETTINGS, 0.002)
     assert broken.verdict == "fail" and broken.grounds == "self", broken.reasons
     weak_ref = _fig(100, 90, 10)
