@@ -20,6 +20,13 @@ ranks force it) keeps the power that low-probability tokens carry. What is lost 
 itself: on a flat distribution, whose temperature shows mostly in how much mass leaves the top 20,
 a cooled sampler is indistinguishable from a truncating one.
 
+Each sample is tested against the logprobs its own answer reported, not the first answer's: an
+engine's reported logprobs of one prompt can differ between requests (llama.cpp's prefix-cache
+reuse: the same prompt's first token took two values up to 0.17 nats apart, depending on the
+previous request), so the null is the *mixture* of the answers' distributions, the exact law of the
+counts (`Reports`). Its tokens are those every answer reported, ranked by mean probability; a
+sample outside them counts as outside the top k.
+
 The tail beyond the head is also a reported detail, never part of the verdict: samples outside the
 head are counted against the share outside it that the untruncated distribution implies (known at
 T = 1 only), and a tail much lighter than that is noted as truncated. A one-sided test for a tail
@@ -30,8 +37,9 @@ honest endpoints.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import optimize, stats
@@ -50,29 +58,115 @@ def head_tokens(top: Mapping[str, float], temperature: float, *, min_p: float, t
     (fewer where the cut would split tied logprobs, as a top-k may break ties either way)."""
     if not top:
         raise ValueError("no logprobs")
+    ranked = sorted(top, key=top.__getitem__, reverse=True)
+    return ranked[: _head_length(np.array([top[t] for t in ranked]), temperature, min_p=min_p, top_k=top_k)]
+
+
+def _head_length(ranked: np.ndarray, temperature: float, *, min_p: float, top_k: int) -> int:
+    """`head_tokens`' length, from logprobs sorted largest first."""
     if temperature <= 0:
         raise ValueError("temperature must be positive")
     if not 0 <= min_p < 1 or top_k < 1:
         raise ValueError("min_p must be in [0, 1) and top_k at least 1")
-    ranked = sorted(top, key=top.__getitem__, reverse=True)
-    floor = top[ranked[0]] + (np.log(max(min_p, min_p**temperature)) if min_p > 0 else -np.inf)
-    head = [t for t in ranked if top[t] >= floor]
-    if len(head) > top_k:
-        cut = top[head[top_k]]
-        head = [t for t in head[:top_k] if top[t] != cut]
-    return head
+    floor = ranked[0] + (np.log(max(min_p, min_p**temperature)) if min_p > 0 else -np.inf)
+    n = int((ranked >= floor).sum())
+    if n > top_k:
+        n = int((ranked[:top_k] != ranked[top_k]).sum())
+    return n
 
 
 def conditional_distribution(top: Mapping[str, float], temperature: float) -> dict[str, float]:
     """q over `top`'s tokens at `temperature` from raw (T = 1) logprobs, conditional on the sample
     being one of them (exact at any T, whatever lies outside)."""
-    if not top:
-        raise ValueError("no logprobs")
     if temperature <= 0:
         raise ValueError("temperature must be positive")
-    z = np.array(list(top.values()), dtype=float) / temperature
-    weights = np.exp(z - z.max())
-    return dict(zip(top, (weights / weights.sum()).tolist(), strict=True))
+    reports = Reports.of(top)
+    return dict(zip(reports.tokens, reports.conditional(len(reports.tokens), temperature).tolist(), strict=True))
+
+
+Reported = Mapping[str, float] | Sequence[Mapping[str, float]]
+
+
+@dataclass(frozen=True)
+class Reports:
+    """The first-token top logprobs the answers reported, as the mixture the samples were drawn
+    from: one row per distinct report, `weights` answers each. `tokens` are the tokens every report
+    has, most likely first by the reports' mean probability (ties in first-seen order);
+    `logprobs[:, j]` are their raw logprobs, `others` each report's other logprobs (padded with
+    -inf), which normalise it at another temperature."""
+
+    tokens: tuple[str, ...]
+    logprobs: np.ndarray
+    others: np.ndarray
+    weights: np.ndarray
+
+    @classmethod
+    def of(cls, reported: Reported) -> Reports:
+        """From one report (every sample drawn from it) or each sample's own. Raises ValueError
+        when there is none or no token is in all of them."""
+        tops = [reported] if isinstance(reported, Mapping) else list(reported)
+        if not tops or not all(tops):
+            raise ValueError("no logprobs")
+        common = set(tops[0]).intersection(*tops[1:])
+        if not common:
+            raise ValueError("no token is in every answer's top logprobs")
+        columns = [k for k in tops[0] if k in common]
+        # One row per distinct report; `others` holds each row's own other tokens (as wide as the
+        # longest report, not the union of every report's, which a hostile endpoint could make huge).
+        distinct = Counter(tuple(sorted(t.items())) for t in tops)
+        reports = [dict(key) for key in distinct]
+        head = np.array([[r[k] for k in columns] for r in reports], dtype=float)
+        others = np.full((len(reports), max(len(r) for r in reports) - len(columns)), -np.inf)
+        for row, r in zip(others, reports, strict=True):
+            rest = [v for k, v in r.items() if k not in common]
+            row[: len(rest)] = rest
+        weights = np.array(list(distinct.values()), dtype=float)
+        order = np.argsort(-_log_mean(head, weights), kind="stable")
+        return cls(tuple(columns[i] for i in order), head[:, order], others, weights)
+
+    @property
+    def mean_logprobs(self) -> dict[str, float]:
+        """Each token's log mean probability across the answers (its raw logprob with one report)."""
+        return dict(zip(self.tokens, _log_mean(self.logprobs, self.weights).tolist(), strict=True))
+
+    def log_mixture(self, temperature: float) -> np.ndarray:
+        """The mixture's log probability of each of `tokens` at `temperature`, each report
+        normalised over all it reported (exact in ratio when the unreported tails weigh alike)."""
+        z = self.logprobs / temperature
+        norm = _logsumexp(np.concatenate([z, self.others / temperature], axis=1), axis=1)
+        shares = np.log(self.weights / self.weights.sum())
+        return np.asarray(_logsumexp(z - norm[:, None] + shares[:, None], axis=0))
+
+    def log_conditional(self, m: int, temperature: float) -> np.ndarray:
+        """log q over the top `m` of `tokens` at `temperature`, conditional on the sample being one of them."""
+        log_q = self.log_mixture(temperature)[:m]
+        return np.asarray(log_q - _logsumexp(log_q))
+
+    def conditional(self, m: int, temperature: float) -> np.ndarray:
+        return np.asarray(np.exp(self.log_conditional(m, temperature)))
+
+    def head(self, temperature: float, *, min_p: float, top_k: int) -> list[str]:
+        """The top tokens no tolerated truncation removes from any report (`head_tokens` of each:
+        every request's sampler cuts its own distribution)."""
+        rows = np.sort(np.concatenate([self.logprobs, self.others], axis=1), axis=1)[:, ::-1]
+        n = min(_head_length(row[np.isfinite(row)], temperature, min_p=min_p, top_k=top_k) for row in rows)
+        return list(self.tokens[: min(n, len(self.tokens))])
+
+    def head_share(self, head: int) -> float:
+        """The mean raw probability (T = 1) of the top `head` tokens."""
+        return float(self.weights @ np.exp(self.logprobs[:, :head]).sum(axis=1) / self.weights.sum())
+
+
+def _logsumexp(a: np.ndarray, axis: int | None = None) -> np.ndarray:
+    """log Σ exp(a) along `axis`, for rows with at least one finite entry (scipy's, with its array
+    API checks, made the test ten times slower: it runs in every likelihood evaluation)."""
+    top = np.max(a, axis=axis, keepdims=True)
+    return np.asarray(np.squeeze(top, axis=axis) + np.log(np.exp(a - top).sum(axis=axis)))
+
+
+def _log_mean(logprobs: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Each column's log of the weighted mean of its probabilities."""
+    return np.asarray(_logsumexp(logprobs + np.log(weights / weights.sum())[:, None], axis=0))
 
 
 def pooled_cells(
@@ -98,55 +192,66 @@ def pooled_cells(
 
 
 def fidelity_test(
-    counts: Mapping[str, int], top: Mapping[str, float], temperature: float, *, min_p: float = 0.1,
+    counts: Mapping[str, int], reported: Reported, temperature: float, *, min_p: float = 0.1,
     top_k: int = 10, min_expected: float = 5.0,
 ) -> Outcome:
-    """Is there a tolerated truncation under which the counts follow q? Top-k, min-p and top-p,
-    before or after the temperature, each keep a prefix of the tokens ranked by logprob, so an
-    honest sampler keeps the top m for some m no smaller than the head (`head_tokens` with `min_p`,
-    `top_k`) and no smaller than the rank of any token it sampled (all of the reported ones when it
-    sampled a token outside them: the top-k conditional test then covers every longer prefix).
-    Each such m gets `_prefix_test` of the counts in the top m against q renormalised over them;
-    `p_value` is the largest (valid whichever m the sampler used), None when some m leaves fewer
-    than two cells after pooling. `samples` counts the samples in the chosen prefix (`kept`)."""
+    """Is there a tolerated truncation under which the counts follow q, the mixture of the
+    `reported` logprobs (one report for every sample, or each sample's own: `Reports`)? Top-k,
+    min-p and top-p, before or after the temperature, each keep a prefix of the tokens ranked by
+    logprob, so an honest sampler keeps the top m for some m no smaller than the head
+    (`Reports.head` with `min_p`, `top_k`) and no smaller than the rank of any token it sampled (all
+    of the reported ones when it sampled a token outside them: the top-k conditional test then
+    covers every longer prefix). Each such m gets `_prefix_test` of the counts in the top m against
+    q renormalised over them; `p_value` is the largest (valid whichever m the sampler used), None
+    when some m leaves fewer than two cells after pooling, or when no token is in every report.
+    `samples` counts the samples in the chosen prefix (`kept`)."""
     total = sum(int(c) for c in counts.values())
     if total <= 0:
         raise ValueError("no samples")
-    head = head_tokens(top, temperature, min_p=min_p, top_k=top_k)
-    ranked = sorted(top, key=top.__getitem__, reverse=True)
-    outside = sum(int(c) for k, c in counts.items() if k not in top)
-    seen = [ranked.index(k) + 1 for k, c in counts.items() if k in top and c > 0]
+    if temperature <= 0:
+        raise ValueError("temperature must be positive")
+    try:
+        reports = Reports.of(reported)
+    except ValueError as exc:
+        return Outcome(statistic=0.0, samples=0, details={"reason": str(exc)})
+    ranked = list(reports.tokens)
+    head = reports.head(temperature, min_p=min_p, top_k=top_k)
+    outside = sum(int(c) for k, c in counts.items() if k not in reports.tokens)
+    seen = [ranked.index(k) + 1 for k, c in counts.items() if k in reports.tokens and c > 0]
     lo = len(ranked) if outside else max([len(head), *seen])
+    mean = reports.mean_logprobs
     # A cut between tied logprobs is no prefix a sampler must keep (ties break either way).
-    cuts = [m for m in range(lo, len(ranked) + 1) if m == len(ranked) or top[ranked[m - 1]] != top[ranked[m]]]
-    tests = [_prefix_test(counts, {k: top[k] for k in ranked[:m]}, temperature, min_expected) for m in cuts]
+    cuts = [m for m in range(lo, len(ranked) + 1) if m == len(ranked) or mean[ranked[m - 1]] != mean[ranked[m]]]
+    tests = [_prefix_test(counts, reports, m, temperature, min_expected) for m in cuts]
     kept, chosen = max(zip(cuts, tests, strict=True), key=lambda t: 2.0 if t[1].p_value is None else t[1].p_value)
     n_head = sum(int(counts.get(k, 0)) for k in head)
     details: dict[str, object] = {
         "temperature": temperature,
-        "temperature_estimate": estimate_temperature(counts, {k: top[k] for k in ranked[:lo]}),
+        "temperature_estimate": _estimate(counts, reports, lo),
         "head": len(head),
         "prefixes": [lo, len(ranked)],
         "kept": kept,
         "outside_top_k": outside,
-        **_tail(total, total - n_head, float(np.exp([top[k] for k in head]).sum()), temperature),
+        "reports": len(reports.weights),
+        **_tail(total, total - n_head, reports.head_share(len(head)), temperature),
         **chosen.details,
     }
     return replace(chosen, details=details)
 
 
 def _prefix_test(
-    counts: Mapping[str, int], prefix: Mapping[str, float], temperature: float, min_expected: float
+    counts: Mapping[str, int], reports: Reports, m: int, temperature: float, min_expected: float
 ) -> Outcome:
-    """The counts of `prefix`'s tokens against q renormalised over them: the χ² (any departure)
+    """The counts of the top `m` tokens against q renormalised over them: the χ² (any departure)
     and the likelihood ratio of the best-fitting temperature (1 dof: the fault this probe is for),
     Bonferroni-combined."""
+    prefix = reports.tokens[:m]
     observed = {k: int(counts.get(k, 0)) for k in prefix}
     n = sum(observed.values())
     if n == 0:
         return Outcome(statistic=0.0)
-    q = conditional_distribution(prefix, temperature)
-    labels, obs, exp = pooled_cells(observed, {k: n * v for k, v in q.items()}, min_expected)
+    q = reports.conditional(m, temperature)
+    labels, obs, exp = pooled_cells(observed, {k: n * float(v) for k, v in zip(prefix, q, strict=True)}, min_expected)
     cells = [
         {"token": k, "observed": int(o), "expected": round(float(e), 2)}
         for k, o, e in zip(labels, obs, exp, strict=True)
@@ -157,7 +262,7 @@ def _prefix_test(
     chi2 = float(((obs - exp) ** 2 / exp).sum())
     p_values = [float(stats.chi2.sf(chi2, dof))]
     details: dict[str, object] = {"cells": cells, "dof": dof, "chi2_p": p_values[0]}
-    fitted = _fit_temperature(observed, prefix)
+    fitted = _fit_temperature(observed, reports, m)
     if fitted is not None:
         nll, best = fitted
         p_values.append(float(stats.chi2.sf(max(0.0, 2 * (nll(temperature) - nll(best))), 1)))
@@ -177,26 +282,29 @@ def _tail(total: int, outside: int, head_share: float, temperature: float) -> di
     }
 
 
-def estimate_temperature(counts: Mapping[str, int], top: Mapping[str, float]) -> float | None:
-    """The temperature that best explains the counts of `top`'s tokens (maximum likelihood over
-    [0.05, 5], conditional on `top`, so exact for any T); None with under two such tokens seen."""
-    fitted = _fit_temperature(counts, top)
+def estimate_temperature(counts: Mapping[str, int], reported: Reported) -> float | None:
+    """The temperature that best explains the counts of the reported tokens (maximum likelihood
+    over [0.05, 5], conditional on them, so exact for any T); None with under two such tokens seen."""
+    reports = Reports.of(reported)
+    return _estimate(counts, reports, len(reports.tokens))
+
+
+def _estimate(counts: Mapping[str, int], reports: Reports, m: int) -> float | None:
+    fitted = _fit_temperature(counts, reports, m)
     return None if fitted is None else round(fitted[1], 3)
 
 
 def _fit_temperature(
-    counts: Mapping[str, int], top: Mapping[str, float]
+    counts: Mapping[str, int], reports: Reports, m: int
 ) -> tuple[Callable[[float], float], float] | None:
-    """The negative log-likelihood of a temperature given the counts of `top`'s tokens
-    (conditional on `top`), and its minimiser over [0.05, 5]; None with under two tokens seen."""
-    if sum(1 for k, c in counts.items() if k in top and c) < 2:
+    """The negative log-likelihood of a temperature given the counts of the top `m` tokens
+    (conditional on them), and its minimiser over [0.05, 5]; None with under two tokens seen."""
+    prefix = reports.tokens[:m]
+    if sum(1 for k in prefix if counts.get(k, 0)) < 2:
         return None
-    logprobs = np.array(list(top.values()), dtype=float)
-    c = np.array([counts.get(k, 0) for k in top], dtype=float)
+    c = np.array([counts.get(k, 0) for k in prefix], dtype=float)
 
     def nll(t: float) -> float:
-        z = logprobs / t
-        log_q = z - (z.max() + np.log(np.exp(z - z.max()).sum()))
-        return float(-(c * log_q).sum())
+        return float(-(c * reports.log_conditional(m, t)).sum())
 
     return nll, float(optimize.minimize_scalar(nll, bounds=(0.05, 5.0), method="bounded").x)

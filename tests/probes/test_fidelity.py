@@ -81,6 +81,43 @@ async def test_a_truncated_tail_passes(seed):
     assert result.details["kept"] <= 10
 
 
+class ColdFirst(ToyModel):
+    """An honest endpoint whose first answer comes from another cache state: its logits, reported
+    and sampled alike, differ from every later answer's (llama.cpp's prefix-cache reuse moved the
+    bundled model's first-token logprobs by up to 0.17 nats; more here, so one report is wrong
+    beyond doubt for the other 199 samples)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.answered = 0
+
+    def logprobs(self, prompt):
+        lp = super().logprobs(prompt)
+        self.answered += 1
+        if self.answered > 1:
+            return lp
+        cold = lp + np.random.default_rng(99).normal(0, 1.0, lp.size)
+        return cold - np.log(np.exp(cold).sum())
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+async def test_each_sample_is_judged_against_its_own_answers_logprobs(seed):
+    # q came from the first answer's logprobs alone: 3 of 3 seeds failed (p < 1e-4).
+    result = await Fidelity().run(_ctx(ColdFirst(seed=seed), seed=seed))
+    assert result.verdict == "pass", result.details
+    assert result.details["reports"] == 2
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+async def test_logprobs_that_vary_per_request_pass_and_a_served_temperature_still_fails(seed):
+    # Every answer's logprobs jittered (batching), each sample drawn from its own answer's.
+    honest = await Fidelity().run(_ctx(ToyModel(noise=0.2, seed=seed), seed=seed))
+    assert honest.verdict == "pass", honest.details
+    assert honest.details["reports"] == 200
+    cooled = await Fidelity().run(_ctx(ToyModel(noise=0.2, served_temperature=0.7, seed=seed), seed=seed))
+    assert cooled.verdict == "fail", cooled.details
+
+
 def test_the_tolerated_truncation_is_validated():
     for bad in ({"tolerated_min_p": 1.0}, {"tolerated_min_p": -0.1}, {"tolerated_top_k": 0}, {"tolerated_top_k": 21}):
         with pytest.raises(ValidationError):

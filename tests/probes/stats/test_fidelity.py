@@ -5,6 +5,7 @@ import pytest
 
 from probes.stats.fidelity import (
     OTHER,
+    Reports,
     conditional_distribution,
     estimate_temperature,
     fidelity_test,
@@ -67,6 +68,76 @@ def test_away_from_t1_samples_outside_the_top_k_are_not_tested():
     assert outcome.samples == 100
     assert outcome.details["outside_top_k"] == 30
     assert {c["token"] for c in outcome.details["cells"]} == {"a", "b"}
+
+
+def test_reports_keep_the_tokens_every_answer_has_ranked_by_mean_probability():
+    a = {"x": math.log(0.5), "y": math.log(0.3), "z": math.log(0.1)}
+    b = {"y": math.log(0.5), "x": math.log(0.2), "w": math.log(0.1)}
+    reports = Reports.of([a, b, a])
+    assert reports.tokens == ("x", "y")  # mean probability 0.4 and 0.367; z and w are not in both
+    assert sorted(reports.weights.tolist()) == [1.0, 2.0]
+    assert reports.mean_logprobs["x"] == pytest.approx(math.log(0.4))
+    # Each report normalised over all it reported (a over 0.9, b over 0.8), then averaged.
+    mix = np.exp(reports.log_mixture(1.0))
+    assert mix.tolist() == pytest.approx([(2 * 0.5 / 0.9 + 0.2 / 0.8) / 3, (2 * 0.3 / 0.9 + 0.5 / 0.8) / 3])
+    outcome = fidelity_test({"x": 5, "y": 4, "z": 1}, [a, b], 1.0)
+    assert outcome.details["outside_top_k"] == 1 and outcome.details["reports"] == 2
+
+
+def test_answers_that_share_no_token_are_inconclusive():
+    outcome = fidelity_test({"a": 3, "b": 2}, [{"a": -0.1}, {"b": -0.1}], 1.0)
+    assert outcome.p_value is None
+    assert "every answer" in outcome.details["reason"]
+
+
+def test_reports_that_differ_everywhere_stay_as_small_as_the_reports():
+    """A hostile endpoint naming 19 fresh tokens in each of 400 answers: each row keeps its own
+    19 (not the union's 7,600), and the one shared token leaves too few cells for a verdict."""
+    tops = [{"a": -0.5, **{f"u{i}-{j}": -3.0 - j / 10 for j in range(19)}} for i in range(400)]
+    reports = Reports.of(tops)
+    assert reports.tokens == ("a",) and reports.others.shape == (400, 19)
+    outcome = fidelity_test({"a": 300, "u0-0": 100}, tops, 1.0)
+    assert outcome.p_value is None and outcome.details["outside_top_k"] == 100
+
+
+def test_one_report_repeated_is_the_one_distribution_test():
+    rng = np.random.default_rng(3)
+    top, lp = _top(rng, scale=3.0)
+    for temperature in (1.0, 0.7):
+        counts = _sample(rng, lp, temperature, 200, top_k=40, min_p=0.05)
+        one, repeated = fidelity_test(counts, top, temperature), fidelity_test(counts, [top] * 200, temperature)
+        assert repeated.p_value == pytest.approx(one.p_value, rel=1e-9)
+        assert repeated.details["reports"] == 1
+
+
+def _jittered(rng, lp, sigma):
+    """One answer's raw logprobs: the model's under per-request jitter (batching, cache state)."""
+    z = lp + rng.normal(0, sigma, lp.size)
+    return z - np.log(np.exp(z).sum())
+
+
+def test_the_null_holds_when_each_answer_reports_its_own_distribution():
+    """Each sample drawn from its own answer's logprobs (jittered, sigma 0.3): against the mixture of
+    the answers the rate of p <= alpha stays near alpha; against the first answer's alone (the old
+    test) it is several times alpha."""
+    rng = np.random.default_rng(11)
+    alpha, trials = 0.05, 40
+    mixture = first = 0
+    for scale in (2.5, 3.5):
+        _, lp = _top(rng, scale=scale)
+        for _ in range(trials):
+            tops, counts = [], {}
+            for _ in range(200):
+                own = _jittered(rng, lp, 0.3)
+                order = np.argsort(own)[::-1][:20]
+                tops.append({f"t{i}": float(own[i]) for i in order})
+                token = f"t{rng.choice(own.size, p=np.exp(own))}"
+                counts[token] = counts.get(token, 0) + 1
+            mixture += fidelity_test(counts, tops, 1.0).p_value <= alpha
+            first += fidelity_test(counts, tops[0], 1.0).p_value <= alpha
+    n = 2 * trials
+    assert mixture / n < alpha + 3 * np.sqrt(alpha * (1 - alpha) / n)
+    assert first / n > 3 * alpha
 
 
 def test_estimate_needs_two_tokens():
