@@ -20,12 +20,18 @@ ranks force it) keeps the power that low-probability tokens carry. What is lost 
 itself: on a flat distribution, whose temperature shows mostly in how much mass leaves the top 20,
 a cooled sampler is indistinguishable from a truncating one.
 
-Each sample is tested against the logprobs its own answer reported, not the first answer's: an
-engine's reported logprobs of one prompt can differ between requests (llama.cpp's prefix-cache
-reuse: the same prompt's first token took two values up to 0.17 nats apart, depending on the
-previous request), so the null is the *mixture* of the answers' distributions, the exact law of the
-counts (`Reports`). Its tokens are those every answer reported, ranked by mean probability; a
-sample outside them counts as outside the top k.
+The null is built from every answer's logprobs, not the first answer's: an engine's reported
+logprobs of one prompt can differ between requests (llama.cpp's prefix-cache reuse: the same
+prompt's first token took two values up to 0.24 nats apart, depending on the previous request;
+batching does the same on other engines), so q is the *mixture* of the answers' distributions
+(`Reports`), each answer's sample being drawn from its own. That is the counts' mean; their law
+is then a sum of unequal multinomials, less spread than the multinomial the χ² assumes
+(conservative), and each report is normalised over what it reported (exact at T = 1 and in ratio
+where the unreported tails weigh alike). Its tokens are those CONSENSUS (90%) of the answers
+reported (a report lacking one has it at its own smallest logprob), and the head is what that
+share of the answers' own heads hold, so one odd answer neither empties the test nor moves its
+head. Each request's sampler cuts its own ranking, so a sampled token forces only the prefix every
+sampler must have kept (`Reports.forced`), not its rank in the mean order.
 
 The tail beyond the head is also a reported detail, never part of the verdict: samples outside the
 head are counted against the share outside it that the untruncated distribution implies (known at
@@ -86,43 +92,74 @@ def conditional_distribution(top: Mapping[str, float], temperature: float) -> di
 
 Reported = Mapping[str, float] | Sequence[Mapping[str, float]]
 
+# A token is one of the mixture's when this share of the answers reported it, and the head is what
+# this share of the answers' own heads hold: one odd answer (an honest glitch, or a hostile endpoint
+# corrupting a few reports) neither empties the test nor moves its head.
+CONSENSUS = 0.9
+
 
 @dataclass(frozen=True)
 class Reports:
     """The first-token top logprobs the answers reported, as the mixture the samples were drawn
-    from: one row per distinct report, `weights` answers each. `tokens` are the tokens every report
-    has, most likely first by the reports' mean probability (ties in first-seen order);
-    `logprobs[:, j]` are their raw logprobs, `others` each report's other logprobs (padded with
-    -inf), which normalise it at another temperature."""
+    from: one row per distinct report (`reports`), `weights` answers each. `tokens` are those at
+    least CONSENSUS of the answers reported, most likely first by the reports' mean probability
+    (ties in first-seen order); `logprobs[:, j]` are their raw logprobs (a report lacking one has
+    it at its own smallest logprob, at least what a token below its top k has), `others` each
+    report's other logprobs (padded with -inf), which normalise it at another temperature."""
 
     tokens: tuple[str, ...]
     logprobs: np.ndarray
     others: np.ndarray
     weights: np.ndarray
+    reports: tuple[Mapping[str, float], ...]
+    # Per report (row) and token of `tokens`: its rank (1 = most likely, ties share the best) and
+    # log ratio to the report's top token (inf and -inf where the report lacks it); and per token
+    # of any report, its best rank and largest ratio in any of them (`forced`).
+    ranks: np.ndarray
+    ratios: np.ndarray
+    best: Mapping[str, tuple[int, float]]
 
     @classmethod
     def of(cls, reported: Reported) -> Reports:
         """From one report (every sample drawn from it) or each sample's own. Raises ValueError
-        when there is none or no token is in all of them."""
-        tops = [reported] if isinstance(reported, Mapping) else list(reported)
+        when there is none or no token is in CONSENSUS of them."""
+        # A logprob is at most 0, and below -1e4 its probability is 0 in floats: clipped, so a
+        # hostile value (1e308, -1e308) cannot overflow the tempering.
+        tops = [{k: min(0.0, max(-1e4, v)) for k, v in t.items()}
+                for t in ([reported] if isinstance(reported, Mapping) else reported)]
         if not tops or not all(tops):
             raise ValueError("no logprobs")
-        common = set(tops[0]).intersection(*tops[1:])
+        presence = Counter(k for t in tops for k in t)
+        common = {k for k, c in presence.items() if c >= CONSENSUS * len(tops)}
         if not common:
-            raise ValueError("no token is in every answer's top logprobs")
-        columns = [k for k in tops[0] if k in common]
+            raise ValueError(f"no token is in the top logprobs of {CONSENSUS:.0%} of the answers")
+        columns = list(dict.fromkeys(k for t in tops for k in t if k in common))
         # One row per distinct report; `others` holds each row's own other tokens (as wide as the
         # longest report, not the union of every report's, which a hostile endpoint could make huge).
         distinct = Counter(tuple(sorted(t.items())) for t in tops)
-        reports = [dict(key) for key in distinct]
-        head = np.array([[r[k] for k in columns] for r in reports], dtype=float)
-        others = np.full((len(reports), max(len(r) for r in reports) - len(columns)), -np.inf)
+        reports = tuple(dict(key) for key in distinct)
+        head = np.array([[r.get(k, min(r.values())) for k in columns] for r in reports], dtype=float)
+        width = max(sum(1 for k in r if k not in common) for r in reports)
+        others = np.full((len(reports), width), -np.inf)
         for row, r in zip(others, reports, strict=True):
             rest = [v for k, v in r.items() if k not in common]
             row[: len(rest)] = rest
         weights = np.array(list(distinct.values()), dtype=float)
         order = np.argsort(-_log_mean(head, weights), kind="stable")
-        return cls(tuple(columns[i] for i in order), head[:, order], others, weights)
+        tokens = tuple(columns[i] for i in order)
+        ranks = np.full((len(reports), len(tokens)), np.inf)
+        ratios = np.full((len(reports), len(tokens)), -np.inf)
+        best: dict[str, tuple[int, float]] = {}
+        where = {t: j for j, t in enumerate(tokens)}
+        for i, r in enumerate(reports):
+            values = np.array(sorted(r.values(), reverse=True))
+            for k, v in r.items():
+                rank, ratio = 1 + int((values > v).sum()), v - values[0]
+                if k in where:
+                    ranks[i, where[k]], ratios[i, where[k]] = rank, ratio
+                b = best.get(k)
+                best[k] = (rank, ratio) if b is None else (min(b[0], rank), max(b[1], ratio))
+        return cls(tokens, head[:, order], others, weights, reports, ranks, ratios, best)
 
     @property
     def mean_logprobs(self) -> dict[str, float]:
@@ -146,15 +183,40 @@ class Reports:
         return np.asarray(np.exp(self.log_conditional(m, temperature)))
 
     def head(self, temperature: float, *, min_p: float, top_k: int) -> list[str]:
-        """The top tokens no tolerated truncation removes from any report (`head_tokens` of each:
-        every request's sampler cuts its own distribution)."""
-        rows = np.sort(np.concatenate([self.logprobs, self.others], axis=1), axis=1)[:, ::-1]
-        n = min(_head_length(row[np.isfinite(row)], temperature, min_p=min_p, top_k=top_k) for row in rows)
-        return list(self.tokens[: min(n, len(self.tokens))])
+        """The longest prefix of `tokens` inside the own head (`head_tokens`: what no tolerated
+        truncation removes; each request's sampler cuts its own distribution) of at least
+        CONSENSUS of the answers."""
+        held = []
+        for r in self.reports:
+            own = set(head_tokens(r, temperature, min_p=min_p, top_k=top_k))
+            held.append(next((j for j, t in enumerate(self.tokens) if t not in own), len(self.tokens)))
+        return list(self.tokens[: _held_by_consensus(np.array(held), self.weights)])
+
+    def forced(self, token: str) -> int | None:
+        """How many of `tokens` (a prefix) every sampler kept, given that one drew `token`; None
+        when no report has it. The answer that drew it is not known, and each request's sampler
+        cuts its own ranking, so this is what the weakest proof allows: a top-k kept at least the
+        token's best rank in any report, a min-p a raw ratio to the top at least its largest one;
+        the prefix is the longest that CONSENSUS of the reports keep under both (ranks and ratios
+        differ per report: a token the mean ranking puts 11th may be 10th in the answer that drew it)."""
+        if token not in self.best:
+            return None
+        best_rank, best_ratio = self.best[token]
+        kept = (self.ranks <= best_rank) & (self.ratios >= best_ratio)
+        # Per report, how many of `tokens` (in order) it keeps before the first it cuts.
+        kept = np.where(kept.all(axis=1), kept.shape[1], np.argmin(kept, axis=1))
+        return _held_by_consensus(kept, self.weights)
 
     def head_share(self, head: int) -> float:
         """The mean raw probability (T = 1) of the top `head` tokens."""
         return float(self.weights @ np.exp(self.logprobs[:, :head]).sum(axis=1) / self.weights.sum())
+
+
+def _held_by_consensus(lengths: np.ndarray, weights: np.ndarray) -> int:
+    """The largest n such that reports of at least CONSENSUS of the weight have length >= n."""
+    order = np.argsort(-lengths, kind="stable")
+    share = np.cumsum(weights[order]) / weights.sum()
+    return int(lengths[order][int(np.searchsorted(share, CONSENSUS - 1e-12))])
 
 
 def _logsumexp(a: np.ndarray, axis: int | None = None) -> np.ndarray:
@@ -217,8 +279,10 @@ def fidelity_test(
     ranked = list(reports.tokens)
     head = reports.head(temperature, min_p=min_p, top_k=top_k)
     outside = sum(int(c) for k, c in counts.items() if k not in reports.tokens)
-    seen = [ranked.index(k) + 1 for k, c in counts.items() if k in reports.tokens and c > 0]
-    lo = len(ranked) if outside else max([len(head), *seen])
+    # A sampled token forces the prefix every sampler must have kept (`Reports.forced`); one no
+    # report has (drawn below every top k), every prefix.
+    forced = [reports.forced(k) for k, c in counts.items() if c > 0]
+    lo = len(ranked) if None in forced else max([len(head), *(f for f in forced if f is not None)])
     mean = reports.mean_logprobs
     # A cut between tied logprobs is no prefix a sampler must keep (ties break either way).
     cuts = [m for m in range(lo, len(ranked) + 1) if m == len(ranked) or mean[ranked[m - 1]] != mean[ranked[m]]]
