@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.retry import Retry
 
 from gateway.limits.store import Charge, ScopeUsage, Settlement, Verdict
 from gateway.state_store.base import StoreUnavailable
