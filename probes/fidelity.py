@@ -94,7 +94,7 @@ class Fidelity:
             reason = "every request failed" if errors == spent["requests"] else "no answer carried logprobs"
             return result(self, "error", Outcome(statistic=0.0), spent, alpha, error=reason)
 
-        # Each sample against its own answer's logprobs (they can differ between requests: a
+        # Against the mixture of every answer's logprobs (they can differ between requests: a
         # prefix cache's state). Up to ~20 likelihood fits (tens of ms on a busy machine): off the loop.
         outcome = await asyncio.to_thread(partial(
             fidelity_test, counts, tops, settings.temperature, min_p=settings.tolerated_min_p,

@@ -138,14 +138,14 @@ class Reports:
         # longest report, not the union of every report's, which a hostile endpoint could make huge).
         distinct = Counter(tuple(sorted(t.items())) for t in tops)
         reports = tuple(dict(key) for key in distinct)
-        head = np.array([[r.get(k, min(r.values())) for k in columns] for r in reports], dtype=float)
+        matrix = np.array([[r.get(k, min(r.values())) for k in columns] for r in reports], dtype=float)
         width = max(sum(1 for k in r if k not in common) for r in reports)
         others = np.full((len(reports), width), -np.inf)
         for row, r in zip(others, reports, strict=True):
             rest = [v for k, v in r.items() if k not in common]
             row[: len(rest)] = rest
         weights = np.array(list(distinct.values()), dtype=float)
-        order = np.argsort(-_log_mean(head, weights), kind="stable")
+        order = np.argsort(-_log_mean(matrix, weights), kind="stable")
         tokens = tuple(columns[i] for i in order)
         ranks = np.full((len(reports), len(tokens)), np.inf)
         ratios = np.full((len(reports), len(tokens)), -np.inf)
@@ -159,7 +159,7 @@ class Reports:
                     ranks[i, where[k]], ratios[i, where[k]] = rank, ratio
                 b = best.get(k)
                 best[k] = (rank, ratio) if b is None else (min(b[0], rank), max(b[1], ratio))
-        return cls(tokens, head[:, order], others, weights, reports, ranks, ratios, best)
+        return cls(tokens, matrix[:, order], others, weights, reports, ranks, ratios, best)
 
     @property
     def mean_logprobs(self) -> dict[str, float]:
@@ -261,12 +261,13 @@ def fidelity_test(
     `reported` logprobs (one report for every sample, or each sample's own: `Reports`)? Top-k,
     min-p and top-p, before or after the temperature, each keep a prefix of the tokens ranked by
     logprob, so an honest sampler keeps the top m for some m no smaller than the head
-    (`Reports.head` with `min_p`, `top_k`) and no smaller than the rank of any token it sampled (all
-    of the reported ones when it sampled a token outside them: the top-k conditional test then
-    covers every longer prefix). Each such m gets `_prefix_test` of the counts in the top m against
-    q renormalised over them; `p_value` is the largest (valid whichever m the sampler used), None
-    when some m leaves fewer than two cells after pooling, or when no token is in every report.
-    `samples` counts the samples in the chosen prefix (`kept`)."""
+    (`Reports.head` with `min_p`, `top_k`) and no smaller than what every sampler kept given the
+    tokens sampled (`Reports.forced`; all of the reported ones when a token no report has was
+    sampled: the top-k conditional test then covers every longer prefix). Each such m gets
+    `_prefix_test` of the counts in the top m against q renormalised over them; `p_value` is the
+    largest (valid whichever m the sampler used), None when some m leaves fewer than two cells
+    after pooling, or when no token is in CONSENSUS of the reports. `samples` counts the samples in
+    the chosen prefix (`kept`)."""
     total = sum(int(c) for c in counts.values())
     if total <= 0:
         raise ValueError("no samples")

@@ -77,7 +77,7 @@ def generate(
         # but always re-evaluate at least the last prompt token, so the logits row sampled and
         # reported is fresh: a noisy row from an earlier request never serves this one. The logits
         # are not bit-identical to a full evaluation: the same prompt's first-token logprobs
-        # differ by up to 0.17 nats with the cached prefix's length (`bench/fidelity_reports.py`),
+        # differ by up to 0.24 nats with the cached prefix's length (`bench/fidelity_reports.py`),
         # as a provider's prefix cache or batching does; reported and sampled alike, so honest.
         llm.n_tokens = min(llm.n_tokens, max(0, len(tokens) - 1))
         try:
