@@ -89,7 +89,7 @@ class ToolCallSettings(Frozen):
     f1_margin: float = Field(0.10, ge=0, le=1)
     exact_margin: float = Field(0.10, ge=0, le=1)
     schema_floor: float = Field(0.97, ge=0, le=1)  # the schema pass mark without a reference
-    hard_floor: float = Field(0.95, ge=0, le=1)  # schema accuracy below it demotes outright
+    hard_floor: float = Field(0.95, ge=0, le=1)  # schema accuracy below it demotes outright (if the reference meets it)
     min_calls: int = Field(20, ge=1)  # judged responses (and calls) needed for a verdict and a pass mark
     concurrency: int = Field(4, ge=1)  # requests at once to start with...
     # ...raised, up to this, when the measured latency says the suite would not finish in time.

@@ -131,6 +131,23 @@ def test_a_miss_of_the_references_own_marks_rests_on_the_reference() -> None:
     assert below_floor.verdict == "fail" and below_floor.grounds == "self", below_floor.reasons
 
 
+def test_a_fixed_floor_the_reference_itself_misses_is_no_evidence() -> None:
+    """A model weak at tools misses the fixed floors on its reference engine too: an endpoint a
+    little below that reference's mark is a reference disagreement (SUSPECT at most), never an
+    outright demotion, and never the endpoint's own ground."""
+    weak_ref = _fig(100, 80, 20)  # the reference's own schema accuracy: 80%
+    near = judge(_fig(100, 76, 24), weak_ref, SETTINGS, 0.002)  # below its mark (77%), not its error rate
+    assert near.verdict == "fail" and any("schema accuracy" in r for r in near.reasons), near.reasons
+    assert not near.demote and near.grounds == "reference"
+    # Far below it, the error test is the endpoint's own ground; still no outright demotion.
+    far = judge(_fig(100, 40, 60), weak_ref, SETTINGS, 0.002)
+    assert far.verdict == "fail" and far.grounds == "self" and not far.demote
+    # A reference that meets the floors keeps the hard rule.
+    assert judge(_fig(100, 90, 10), _fig(100, 100, 0), SETTINGS, 0.002).demote
+    # Too few reference calls to measure its accuracy: the fixed floors, as without a reference.
+    assert judge(_fig(100, 90, 10), _fig(5, 0, 5), SETTINGS, 0.002).demote
+
+
 def test_too_few_responses_are_inconclusive() -> None:
     fig = Figures(19, 19, 19, 0, 19, 19, 0, 0, 0, 0, 0)  # min_calls is 20
     j = judge(fig, None, SETTINGS, 0.002)
