@@ -33,7 +33,7 @@ from probes.settings import ProbeSettings  # noqa: E402
 from probes.stats.cusum import BernoulliCusum, run_lengths  # noqa: E402
 from probes.testbed.faults import TOOL_CORRUPTION_KINDS, corrupt_tool_calls  # noqa: E402
 from probes.toolcalls.cases import Case, load_suite  # noqa: E402
-from probes.toolcalls.scoring import CaseOutcome, figures, judge, outcome_of  # noqa: E402
+from probes.toolcalls.scoring import CaseOutcome, figures, judge, outcome_of, truth_of  # noqa: E402
 from probes.toolcalls.validator import SchemaCache  # noqa: E402
 from tests.probes.toolcalls.fakes import FakeToolClient, expectations_of  # noqa: E402
 
@@ -66,7 +66,7 @@ def active_rate(
     schemas = SchemaCache()
     clean = {case.id: outcome_of(case, resp, schemas) for case, resp in pool}
     expected = {case.id: case.expect_call for case, _ in pool}
-    truth = {**expected, **{cid: o.triggered for cid, o in reference.items()}}
+    truth = truth_of(expected, reference)
     ref_fig = figures(reference.values(), expected)
     corruptible = [i for i, (_, resp) in enumerate(pool) if has_calls(resp)]
     fails = 0

@@ -23,7 +23,7 @@ from probes.budget import BudgetExhausted
 from probes.client import ProbeRejected, ProbeUnavailable
 from probes.tasks import cancel_all, gather_or_cancel
 from probes.toolcalls.cases import Case, Suite, load_suite
-from probes.toolcalls.scoring import CaseOutcome, figures, judge, outcome_of
+from probes.toolcalls.scoring import CaseOutcome, figures, judge, outcome_of, truth_of
 from probes.toolcalls.validator import SchemaCache
 
 if TYPE_CHECKING:
@@ -179,11 +179,8 @@ class ToolCallProbe:
             )
         expected = {c.id: c.expect_call for c in cases}
         reference = {cid: o for cid, o in reference.items() if cid in outcomes}
-        truth = dict(expected)
-        ref_fig = None
-        if reference:
-            truth.update({cid: o.triggered for cid, o in reference.items()})
-            ref_fig = figures(reference.values(), expected)
+        truth = truth_of(expected, reference)
+        ref_fig = figures(reference.values(), expected) if reference else None
         fig = figures(outcomes.values(), truth)
         verdict = judge(fig, ref_fig, settings, ctx.settings.health.tool_error_baseline)
         counts: Counter[str] = Counter()
@@ -194,6 +191,7 @@ class ToolCallProbe:
             **run_details,
             "suite_version": suite.version,
             "truth": "reference" if reference else "expected",
+            "reference_truth_cases": sum(o.judged for o in reference.values()),
             "f1_vs_expected": figures(outcomes.values(), expected).f1,
             "counts": dict(counts),
             "reasons": list(verdict.reasons),

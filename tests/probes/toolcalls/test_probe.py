@@ -90,6 +90,21 @@ async def test_trigger_f1_against_the_reference() -> None:
     assert details["figures"]["recall"] < 0.9 and any("F1" in r for r in details["reasons"])
 
 
+async def test_a_reference_answer_cut_by_max_tokens_is_no_truth() -> None:
+    """A reference that rambles past `max_tokens` (SmolLM2 under llama-server: 108 of the suite's
+    120 cases, blind drill) said nothing about whether a call is right: the case's expected
+    behaviour is the truth there, not "no call", which failed every honest endpoint that calls."""
+
+    def rambling(body: dict[str, Any]) -> dict[str, Any]:
+        return text_response("Let me think about which tool", finish="length")
+
+    result = await ToolCallProbe(SUITE).run(context(client(), reference=client("local/ref", answer=rambling)))
+    details: Any = result.details
+    assert details["reference"]["judged"] == 0
+    assert details["figures"]["f1"] == 1.0 and details["figures"]["fp"] == 0
+    assert result.verdict == "pass", details["reasons"]
+
+
 async def test_a_sample_of_cases_and_partial_reference() -> None:
     baselines = MemoryBaselines()
     ref = client("local/ref")
