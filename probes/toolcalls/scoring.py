@@ -67,7 +67,22 @@ def exact_match(expected: Sequence[ExpectedCall], calls: Sequence[tuple[Any, Any
     return not left
 
 
+def cut_early(case: Case, response: Mapping[str, Any]) -> bool:
+    """finish_reason "length" with fewer completion tokens than the case's max_tokens: not the
+    client's cut (the suite's prompts are far from any context window), so the answer is judged,
+    and bad, instead of being left out where an endpoint could hide a broken call."""
+    choices = response.get("choices") or [{}]
+    if not isinstance(choices[0], Mapping) or choices[0].get("finish_reason") != "length":
+        return False
+    usage = response.get("usage")
+    tokens = usage.get("completion_tokens") if isinstance(usage, Mapping) else None
+    return type(tokens) is int and tokens < case.max_tokens
+
+
 def outcome_of(case: Case, response: Mapping[str, Any], schemas: SchemaCache) -> CaseOutcome:
+    if cut_early(case, response):
+        return CaseOutcome(case.id, bool(_parsed_calls(response)), True, False, True, None if case.expected is None
+                           else False, {"finish_reason_mismatch": 1})
     report = classify_response(response, ToolSpec.from_request(case.request()), schemas)
     calls = _parsed_calls(response)
     first = report.choices[0] if report.choices else None
@@ -196,12 +211,18 @@ def judge(fig: Figures, ref: Figures | None, settings: ToolCallSettings, baselin
     schema = fig.schema_accuracy
     ref_schema = ref.schema_accuracy if ref is not None and ref.call_responses >= settings.min_calls else None
     marks["schema_accuracy"] = settings.schema_floor if ref_schema is None else ref_schema - settings.schema_margin
-    # A fixed floor the reference itself misses (a model weak at tools) says nothing of the endpoint.
+    # A fixed floor the reference itself misses (a model weak at tools, or a broken reference)
+    # says nothing of the endpoint; being far worse than that reference still does.
     floor_holds = ref_schema is None or ref_schema >= settings.schema_floor
-    hard_floor_holds = ref_schema is None or ref_schema >= settings.hard_floor
-    if enough_calls and schema is not None and schema < marks["schema_accuracy"]:
+    schema_p = None  # the endpoint's schema misses against a reference below the floor (Fisher)
+    if ref is not None and not floor_holds:
+        table = [[fig.call_responses - fig.schema_ok, fig.schema_ok], [ref.call_responses - ref.schema_ok, ref.schema_ok]]
+        schema_p = float(stats.fisher_exact(table, alternative="greater").pvalue)
+        details.update(reference_below_floor=True, schema_fisher_p=schema_p)
+    low_schema = enough_calls and schema is not None and schema < marks["schema_accuracy"]
+    if low_schema and schema is not None:
         reasons.append(f"schema accuracy {schema:.1%} < pass mark {marks['schema_accuracy']:.1%}")
-        own = own or (floor_holds and schema < settings.schema_floor)
+        own = own or (schema < settings.schema_floor if schema_p is None else schema_p <= settings.alpha)
     if ref is not None and fig.judged >= settings.min_calls:
         # The truth is the reference's own judged answers, so its F1 against itself is 1.
         marks["f1"] = 1.0 - settings.f1_margin
@@ -212,6 +233,9 @@ def judge(fig: Figures, ref: Figures | None, settings: ToolCallSettings, baselin
             if fig.exact_match < marks["exact_match"]:
                 reasons.append(f"exact-argument match {fig.exact_match:.1%} < pass mark {marks['exact_match']:.1%}")
     details["pass_marks"] = marks
-    demote = enough_calls and hard_floor_holds and schema is not None and schema < settings.hard_floor
+    # The hard rule: below the floor, and a miss of the pass mark (so never on a pass), where the
+    # reference meets that floor or has too few calls to measure.
+    hard_floor_holds = ref_schema is None or ref_schema >= settings.hard_floor
+    demote = low_schema and hard_floor_holds and schema is not None and schema < settings.hard_floor
     grounds: Grounds = "self" if own or demote or not reasons else "reference"
     return Judgement("fail" if reasons else "pass", p, demote, tuple(reasons), details, grounds)

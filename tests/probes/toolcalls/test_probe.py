@@ -90,19 +90,44 @@ async def test_trigger_f1_against_the_reference() -> None:
     assert details["figures"]["recall"] < 0.9 and any("F1" in r for r in details["reasons"])
 
 
+def rambling(body: dict[str, Any]) -> dict[str, Any]:
+    """An answer max_tokens cut short, as llama-server reports it (every token spent)."""
+    usage = {"prompt_tokens": 30, "completion_tokens": body["max_tokens"], "total_tokens": 30 + body["max_tokens"]}
+    return {**text_response("Let me think about which tool", finish="length"), "usage": usage}
+
+
 async def test_a_reference_answer_cut_by_max_tokens_is_no_truth() -> None:
     """A reference that rambles past `max_tokens` (SmolLM2 under llama-server: 108 of the suite's
     120 cases, blind drill) said nothing about whether a call is right: the case's expected
     behaviour is the truth there, not "no call", which failed every honest endpoint that calls."""
 
-    def rambling(body: dict[str, Any]) -> dict[str, Any]:
-        return text_response("Let me think about which tool", finish="length")
 
-    result = await ToolCallProbe(SUITE).run(context(client(), reference=client("local/ref", answer=rambling)))
+    def half_rambling(body: dict[str, Any]) -> dict[str, Any]:  # finishes "no call" and named-tool cases
+        finishes = body["_expected"] is False or body["tool_choice"] == "none" or isinstance(body["tool_choice"], dict)
+        return honest_answer(body) if finishes else rambling(body)
+
+    result = await ToolCallProbe(SUITE).run(context(client(), reference=client("local/ref", answer=half_rambling)))
     details: Any = result.details
-    assert details["reference"]["judged"] == 0
+    assert details["truth"] == "reference"
+    assert details["reference_judged"] == details["reference"]["judged"] >= 20
+    assert details["reference_judged"] < len(SUITE.cases)
     assert details["figures"]["f1"] == 1.0 and details["figures"]["fp"] == 0
     assert result.verdict == "pass", details["reasons"]
+
+
+async def test_a_reference_that_finishes_too_few_answers_is_no_reference() -> None:
+    """Fewer judged reference answers than min_calls are no truth, null rate or pass mark: the
+    endpoint is judged as without a reference (no trigger-F1 mark), and the details say why."""
+
+
+    def shy(body: dict[str, Any]) -> dict[str, Any]:  # calls only when a function is named
+        return honest_answer(body) if isinstance(body["tool_choice"], dict) else text_response("No.")
+
+    alone = await ToolCallProbe(SUITE).run(context(client(answer=shy)))
+    result = await ToolCallProbe(SUITE).run(context(client(answer=shy), reference=client("local/ref", answer=rambling)))
+    details: Any = result.details
+    assert details["truth"] == "expected" and details["reference_judged"] == 0 and details["reference"] is None
+    assert result.verdict == alone.verdict and "f1" not in details["pass_marks"], details["reasons"]
 
 
 async def test_a_sample_of_cases_and_partial_reference() -> None:

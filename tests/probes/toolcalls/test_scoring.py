@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from scipy import stats
 
@@ -37,9 +39,27 @@ def test_outcome_of_a_response() -> None:
     assert broken.bad and not broken.schema_ok and broken.counts == {"schema_mismatch": 1}
     text = outcome_of(case(expect_call=False), text_response("hi"), schemas)
     assert not text.triggered and not text.bad and text.exact is None
-    cut = outcome_of(case(paris), call_response([("get_weather", {"city": "P"})], finish="length"), schemas)
+    cut = outcome_of(case(paris), spent(call_response([("get_weather", {"city": "P"})], finish="length"), 64), schemas)
     assert not cut.judged
     assert CaseOutcome.from_stored("c1", good.stored()) == CaseOutcome("c1", True, True, True, False, True, {})
+
+
+def spent(response: dict[str, Any], completion_tokens: int | None) -> dict[str, Any]:
+    usage = None if completion_tokens is None else {"prompt_tokens": 30, "completion_tokens": completion_tokens}
+    return {**response, "usage": usage}
+
+
+def test_a_length_finish_short_of_max_tokens_is_a_bad_response() -> None:
+    """finish_reason "length" is the client's cut only when max_tokens were spent: an endpoint
+    that labels a broken answer "length" after 20 of 64 tokens cannot hide it from the error test."""
+    schemas = SchemaCache()
+    broken = call_response([("get_weather", {"town": "Paris"})], finish="length")
+    hidden = outcome_of(case(), spent(broken, 20), schemas)
+    assert hidden.judged and hidden.bad and hidden.counts == {"finish_reason_mismatch": 1}
+    assert not outcome_of(case(), spent(broken, 64), schemas).judged  # max_tokens spent: the client's cut
+    assert not outcome_of(case(), spent(broken, None), schemas).judged  # no count: nothing to hold it to
+    odd = {**broken, "usage": {"completion_tokens": "20"}}
+    assert not outcome_of(case(), odd, schemas).judged
 
 
 def _o(cid: str, triggered: bool, *, ok: bool = True, bad: bool = False, exact: bool | None = None) -> CaseOutcome:
@@ -139,13 +159,30 @@ def test_a_fixed_floor_the_reference_itself_misses_is_no_evidence() -> None:
     near = judge(_fig(100, 76, 24), weak_ref, SETTINGS, 0.002)  # below its mark (77%), not its error rate
     assert near.verdict == "fail" and any("schema accuracy" in r for r in near.reasons), near.reasons
     assert not near.demote and near.grounds == "reference"
+    assert near.details["reference_below_floor"] and near.details["schema_fisher_p"] > SETTINGS.alpha
     # Far below it, the error test is the endpoint's own ground; still no outright demotion.
     far = judge(_fig(100, 40, 60), weak_ref, SETTINGS, 0.002)
     assert far.verdict == "fail" and far.grounds == "self" and not far.demote
+    # A broken reference cannot shield a far worse endpoint: its schema misses against the
+    # reference's (Fisher) are the endpoint's own ground, whatever the error test says.
+    broken_ref = _fig(100, 60, 10)
+    worse = judge(_fig(100, 30, 10), broken_ref, SETTINGS, 0.002)
+    assert worse.details["self_p_value"] > SETTINGS.alpha  # the error test alone would not see it
+    assert worse.verdict == "fail" and worse.grounds == "self" and worse.details["schema_fisher_p"] < 1e-4
     # A reference that meets the floors keeps the hard rule.
     assert judge(_fig(100, 90, 10), _fig(100, 100, 0), SETTINGS, 0.002).demote
     # Too few reference calls to measure its accuracy: the fixed floors, as without a reference.
     assert judge(_fig(100, 90, 10), _fig(5, 0, 5), SETTINGS, 0.002).demote
+
+
+def test_the_hard_rule_needs_a_missed_pass_mark() -> None:
+    """Under the hard floor but above a reference's lower pass mark is no reason: no demotion,
+    and an unrelated reference disagreement (trigger F1) does not turn it into one."""
+    ref = _fig(100, 96, 4)  # pass mark 93%
+    quiet = judge(_fig(100, 94, 6), ref, SETTINGS, 0.002)
+    assert quiet.verdict == "pass" and not quiet.demote
+    shy = judge(_fig(100, 94, 6, tp=70, fn=30), ref, SETTINGS, 0.002)
+    assert shy.verdict == "fail" and not shy.demote and shy.grounds == "reference", shy.reasons
 
 
 def test_too_few_responses_are_inconclusive() -> None:
