@@ -194,8 +194,8 @@ def audit(root: str, provider: str, probes: str) -> tuple[dict[str, Any], float,
     return run, seconds, err.getvalue()
 
 
-KEPT_DETAILS = ("conversation", "logprob_spread", "outside_head", "mixed_counts", "off_count",
-                "figures", "reference", "null_error_rate", "pass_marks", "reasons", "dropped")
+KEPT_DETAILS = ("conversation", "logprob_spread", "outside_head", "mixed_counts", "off_count", "figures",
+                "reference_figures", "truth", "reference_judged", "null_error_rate", "pass_marks", "reasons", "dropped")
 
 
 def record(e: Endpoint, run: dict[str, Any], seconds: float) -> dict[str, Any]:

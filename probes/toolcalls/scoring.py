@@ -190,7 +190,8 @@ def error_test(bad: int, n: int, null_rate: float) -> float:
 
 def judge(fig: Figures, ref: Figures | None, settings: ToolCallSettings, baseline_error: float) -> Judgement:
     """Fail on too many bad responses (p <= alpha) or on a pass mark missed with enough calls."""
-    details: dict[str, Any] = {"figures": fig.as_dict(), "reference": ref.as_dict() if ref else None}
+    # "reference_figures": the runner names the reference endpoint "reference" in every probe's details.
+    details: dict[str, Any] = {"figures": fig.as_dict(), "reference_figures": ref.as_dict() if ref else None}
     if fig.judged < settings.min_calls:
         return Judgement("inconclusive", None, False, (f"only {fig.judged} judged responses",), details)
     null_rate = baseline_error

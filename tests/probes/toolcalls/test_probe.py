@@ -72,7 +72,7 @@ async def test_reference_self_run_is_frozen_and_reused() -> None:
     first = await ToolCallProbe(SUITE).run(context(client(), reference=ref, baselines=baselines))
     assert first.verdict == "pass" and ref.requests == len(SUITE.cases)
     details: Any = first.details
-    assert details["truth"] == "reference" and details["reference"]["schema_accuracy"] == 1.0
+    assert details["truth"] == "reference" and details["reference_figures"]["schema_accuracy"] == 1.0
     stored = await baselines.get("local/ref", "toolcalls", "suite-v1:m")
     assert stored is not None and len(stored["cases"]) == len(SUITE.cases)
     assert "messages" not in str(stored) and "Paris" not in str(stored)  # outcomes only, no content
@@ -109,7 +109,7 @@ async def test_a_reference_answer_cut_by_max_tokens_is_no_truth() -> None:
     result = await ToolCallProbe(SUITE).run(context(client(), reference=client("local/ref", answer=half_rambling)))
     details: Any = result.details
     assert details["truth"] == "reference"
-    assert details["reference_judged"] == details["reference"]["judged"] >= 20
+    assert details["reference_judged"] == details["reference_figures"]["judged"] >= 20
     assert details["reference_judged"] < len(SUITE.cases)
     assert details["figures"]["f1"] == 1.0 and details["figures"]["fp"] == 0
     assert result.verdict == "pass", details["reasons"]
@@ -126,7 +126,7 @@ async def test_a_reference_that_finishes_too_few_answers_is_no_reference() -> No
     alone = await ToolCallProbe(SUITE).run(context(client(answer=shy)))
     result = await ToolCallProbe(SUITE).run(context(client(answer=shy), reference=client("local/ref", answer=rambling)))
     details: Any = result.details
-    assert details["truth"] == "expected" and details["reference_judged"] == 0 and details["reference"] is None
+    assert details["truth"] == "expected" and details["reference_judged"] == 0 and details["reference_figures"] is None
     assert result.verdict == alone.verdict and "f1" not in details["pass_marks"], details["reasons"]
 
 

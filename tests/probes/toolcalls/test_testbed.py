@@ -77,7 +77,7 @@ async def test_honest_replica_passes_and_corruption_fails(testbed: Testbed) -> N
         fig = details["figures"]
         assert fig["schema_accuracy"] == 1.0 and fig["bad"] == 0
         assert fig["f1"] == 1.0 and fig["call_responses"] == CASES  # the same triggers as the reference
-        assert details["reference"]["schema_accuracy"] == 1.0
+        assert details["reference_figures"]["schema_accuracy"] == 1.0
 
         broken = await probe.run(context(clients["target"], clients["ref"], baselines))
         details = broken.details
