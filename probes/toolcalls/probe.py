@@ -180,10 +180,9 @@ class ToolCallProbe:
         expected = {c.id: c.expect_call for c in cases}
         reference = {cid: o for cid, o in reference.items() if cid in outcomes}
         reference_judged = sum(o.judged for o in reference.values())
-        if reference_judged < settings.min_calls:
-            # Too few answers it finished to be a truth, a null rate or a pass mark: the suite's own.
-            reference = {}
-        truth = truth_of(expected, reference)
+        # Too few answers it finished to be the truth of which cases call (the suite's own then);
+        # its error rate stays the null, however few: an honest engine may err as it does.
+        truth = truth_of(expected, reference if reference_judged >= settings.min_calls else {})
         ref_fig = figures(reference.values(), expected) if reference else None
         fig = figures(outcomes.values(), truth)
         verdict = judge(fig, ref_fig, settings, ctx.settings.health.tool_error_baseline)
@@ -194,7 +193,7 @@ class ToolCallProbe:
             **verdict.details,
             **run_details,
             "suite_version": suite.version,
-            "truth": "reference" if reference else "expected",
+            "truth": "reference" if reference_judged >= settings.min_calls else "expected",
             "reference_judged": reference_judged,
             "f1_vs_expected": figures(outcomes.values(), expected).f1,
             "counts": dict(counts),

@@ -224,7 +224,7 @@ def judge(fig: Figures, ref: Figures | None, settings: ToolCallSettings, baselin
     if low_schema and schema is not None:
         reasons.append(f"schema accuracy {schema:.1%} < pass mark {marks['schema_accuracy']:.1%}")
         own = own or (schema < settings.schema_floor if schema_p is None else schema_p <= settings.alpha)
-    if ref is not None and fig.judged >= settings.min_calls:
+    if ref is not None and ref.judged >= settings.min_calls and fig.judged >= settings.min_calls:
         # The truth is the reference's own judged answers, so its F1 against itself is 1.
         marks["f1"] = 1.0 - settings.f1_margin
         if fig.f1 < marks["f1"]:

@@ -185,6 +185,19 @@ def test_the_hard_rule_needs_a_missed_pass_mark() -> None:
     assert shy.verdict == "fail" and not shy.demote and shy.grounds == "reference", shy.reasons
 
 
+def test_a_reference_with_few_finished_answers_sets_the_null_rate_not_the_marks() -> None:
+    """SmolLM2 under llama-server finishes 12-20 of the suite's 120 cases, 5-11 of them bad (no
+    call where one is forced): an honest endpoint on that engine errs as it does. Its rate stays the
+    null however few its answers (at the 0.2% baseline such an endpoint failed on its own grounds);
+    trigger F1 and exact arguments need min_calls finished reference answers."""
+    ref = Figures(120, 12, 0, 0, 5, 0, 0, 7, 5, 6, 0)
+    same_engine = Figures(120, 25, 0, 0, 10, 0, 0, 15, 10, 12, 0)
+    j = judge(same_engine, ref, SETTINGS, 0.002)
+    assert j.details["null_error_rate"] == pytest.approx(5 / 12)
+    assert j.verdict == "pass" and "f1" not in j.details["pass_marks"], j.reasons
+    assert judge(same_engine, None, SETTINGS, 0.002).verdict == "fail"  # what the baseline alone says
+
+
 def test_too_few_responses_are_inconclusive() -> None:
     fig = Figures(19, 19, 19, 0, 19, 19, 0, 0, 0, 0, 0)  # min_calls is 20
     j = judge(fig, None, SETTINGS, 0.002)
