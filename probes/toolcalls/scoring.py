@@ -174,7 +174,7 @@ def figures(outcomes: Iterable[CaseOutcome], truth: Mapping[str, bool]) -> Figur
 class Judgement:
     verdict: Verdict
     p_value: float | None
-    demote: bool  # schema accuracy under the hard floor (one the reference, if measured, meets)
+    demote: bool  # a missed schema pass mark under the hard floor (one the reference, if measured, meets)
     reasons: tuple[str, ...]
     details: Mapping[str, Any]
     # What a failure rests on (probes.base.Grounds): bad responses and the fixed floors are the
@@ -194,19 +194,28 @@ def judge(fig: Figures, ref: Figures | None, settings: ToolCallSettings, baselin
     details: dict[str, Any] = {"figures": fig.as_dict(), "reference_figures": ref.as_dict() if ref else None}
     if fig.judged < settings.min_calls:
         return Judgement("inconclusive", None, False, (f"only {fig.judged} judged responses",), details)
-    null_rate = baseline_error
+    null_rate, null_source = baseline_error, "baseline"
     if ref is not None and ref.judged and ref.error_rate is not None:
-        null_rate = max(null_rate, ref.error_rate)
+        if ref.error_rate > baseline_error:  # an honest engine (the reference) errs this often
+            null_rate, null_source = ref.error_rate, "reference"
         table = [[fig.bad, fig.judged - fig.bad], [ref.bad, ref.judged - ref.bad]]
         details["fisher_p"] = float(stats.fisher_exact(table, alternative="greater").pvalue)
     p = error_test(fig.bad, fig.judged, null_rate)
     # The error test is the endpoint's own, whatever else fails: the fleet's e-value reads it (probes.fleet).
-    details.update(null_error_rate=null_rate, alpha=settings.alpha, self_p_value=p)
+    details.update(null_error_rate=null_rate, null_source=null_source, alpha=settings.alpha, self_p_value=p)
     reasons: list[str] = []
     own = False  # a reason on the endpoint's own grounds
     if p <= settings.alpha:
         reasons.append(f"{fig.bad} bad responses of {fig.judged} (p={p:.2g} at a rate of {null_rate:.2%})")
         own = True
+    elif ref is not None and null_source == "reference" and ref.judged < settings.min_calls:
+        # A rate from a few finished reference answers (1 bad of 1 is 100%) is a thin excuse: the
+        # baseline still applies, and a failure only that rate excuses is a reference disagreement.
+        p_base = error_test(fig.bad, fig.judged, baseline_error)
+        details["baseline_p_value"] = p_base
+        if p_base <= settings.alpha:
+            reasons.append(f"{fig.bad} bad responses of {fig.judged} (p={p_base:.2g} at the {baseline_error:.2%} "
+                           f"baseline; the reference's {null_rate:.0%} rests on {ref.judged} finished answers)")
     marks: dict[str, float] = {}
     enough_calls = fig.call_responses >= settings.min_calls
     schema = fig.schema_accuracy
@@ -224,7 +233,7 @@ def judge(fig: Figures, ref: Figures | None, settings: ToolCallSettings, baselin
     if low_schema and schema is not None:
         reasons.append(f"schema accuracy {schema:.1%} < pass mark {marks['schema_accuracy']:.1%}")
         own = own or (schema < settings.schema_floor if schema_p is None else schema_p <= settings.alpha)
-    if ref is not None and ref.judged >= settings.min_calls and fig.judged >= settings.min_calls:
+    if ref is not None and ref.judged >= settings.min_calls:
         # The truth is the reference's own judged answers, so its F1 against itself is 1.
         marks["f1"] = 1.0 - settings.f1_margin
         if fig.f1 < marks["f1"]:

@@ -116,7 +116,7 @@ async def test_a_reference_answer_cut_by_max_tokens_is_no_truth() -> None:
     assert result.verdict == "pass", details["reasons"]
 
 
-async def test_a_reference_that_finishes_too_few_answers_is_no_reference() -> None:
+async def test_a_reference_that_finishes_too_few_answers_sets_no_truth() -> None:
     """Fewer judged reference answers than min_calls are no truth or pass mark: the endpoint is
     judged on the suite's expectations (no trigger-F1 mark), and the details say why."""
 

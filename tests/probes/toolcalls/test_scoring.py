@@ -185,17 +185,30 @@ def test_the_hard_rule_needs_a_missed_pass_mark() -> None:
     assert shy.verdict == "fail" and not shy.demote and shy.grounds == "reference", shy.reasons
 
 
-def test_a_reference_with_few_finished_answers_sets_the_null_rate_not_the_marks() -> None:
+def test_a_reference_with_few_finished_answers_excuses_errors_only_as_a_disagreement() -> None:
     """SmolLM2 under llama-server finishes 12-20 of the suite's 120 cases, 5-11 of them bad (no
-    call where one is forced): an honest endpoint on that engine errs as it does. Its rate stays the
-    null however few its answers (at the 0.2% baseline such an endpoint failed on its own grounds);
-    trigger F1 and exact arguments need min_calls finished reference answers."""
+    call where one is forced): an honest endpoint on that engine errs as it does, so its errors
+    above the baseline are no ground of its own (at the baseline alone it would demote). But a rate
+    from a few answers is a thin excuse (review: 1 bad of 1 made the null 100% and a 60% leaking
+    endpoint passed): the baseline still fails it, on the reference's grounds (SUSPECT at most).
+    Trigger F1 and exact arguments need min_calls finished reference answers."""
     ref = Figures(120, 12, 0, 0, 5, 0, 0, 7, 5, 6, 0)
     same_engine = Figures(120, 25, 0, 0, 10, 0, 0, 15, 10, 12, 0)
     j = judge(same_engine, ref, SETTINGS, 0.002)
-    assert j.details["null_error_rate"] == pytest.approx(5 / 12)
-    assert j.verdict == "pass" and "f1" not in j.details["pass_marks"], j.reasons
-    assert judge(same_engine, None, SETTINGS, 0.002).verdict == "fail"  # what the baseline alone says
+    assert j.details["null_error_rate"] == pytest.approx(5 / 12) and j.details["null_source"] == "reference"
+    assert j.details["self_p_value"] > SETTINGS.alpha and "f1" not in j.details["pass_marks"]
+    assert j.verdict == "fail" and j.grounds == "reference" and not j.demote, j.reasons
+    alone = judge(same_engine, None, SETTINGS, 0.002)
+    assert alone.verdict == "fail" and alone.grounds == "self"  # what the baseline alone says
+    leaking = Figures(120, 100, 5, 5, 60, 5, 0, 60, 35, 30, 5)  # 60 calls leaked into content
+    one = judge(leaking, Figures(120, 1, 0, 0, 1, 0, 0, 1, 0, 0, 0), SETTINGS, 0.002)
+    assert one.details["null_error_rate"] == 1.0
+    assert one.verdict == "fail" and one.grounds == "reference", one.reasons
+    # With min_calls finished answers, the reference's rate is the null on its own (and its
+    # answers the truth: no call where it made none).
+    full_ref = Figures(120, 24, 0, 0, 10, 0, 0, 0, 24, 12, 0)
+    as_ref = Figures(120, 25, 0, 0, 10, 0, 0, 0, 25, 12, 0)
+    assert judge(as_ref, full_ref, SETTINGS, 0.002).verdict == "pass"
 
 
 def test_too_few_responses_are_inconclusive() -> None:
