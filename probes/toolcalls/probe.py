@@ -181,7 +181,7 @@ class ToolCallProbe:
         reference = {cid: o for cid, o in reference.items() if cid in outcomes}
         reference_judged = sum(o.judged for o in reference.values())
         # Too few answers it finished to be the truth of which cases call (the suite's own then);
-        # its error rate stays the null, however few: an honest engine may err as it does.
+        # its error rate still counts (an honest engine may err as it does): scoring.judge.
         truth = truth_of(expected, reference if reference_judged >= settings.min_calls else {})
         ref_fig = figures(reference.values(), expected) if reference else None
         fig = figures(outcomes.values(), truth)
