@@ -182,7 +182,8 @@ class ToolCallProbe:
         reference_judged = sum(o.judged for o in reference.values())
         # Too few answers it finished to be the truth of which cases call (the suite's own then);
         # its error rate still counts (an honest engine may err as it does): scoring.judge.
-        truth = truth_of(expected, reference if reference_judged >= settings.min_calls else {})
+        by_reference = reference_judged >= settings.min_calls
+        truth = truth_of(expected, reference if by_reference else {})
         ref_fig = figures(reference.values(), expected) if reference else None
         fig = figures(outcomes.values(), truth)
         verdict = judge(fig, ref_fig, settings, ctx.settings.health.tool_error_baseline)
@@ -193,7 +194,7 @@ class ToolCallProbe:
             **verdict.details,
             **run_details,
             "suite_version": suite.version,
-            "truth": "reference" if reference_judged >= settings.min_calls else "expected",
+            "truth": "reference" if by_reference else "expected",
             "reference_judged": reference_judged,
             "f1_vs_expected": figures(outcomes.values(), expected).f1,
             "counts": dict(counts),

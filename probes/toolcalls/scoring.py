@@ -80,9 +80,9 @@ def cut_early(case: Case, response: Mapping[str, Any]) -> bool:
 
 
 def outcome_of(case: Case, response: Mapping[str, Any], schemas: SchemaCache) -> CaseOutcome:
-    if cut_early(case, response):
-        return CaseOutcome(case.id, bool(_parsed_calls(response)), True, False, True, None if case.expected is None
-                           else False, {"finish_reason_mismatch": 1})
+    if cut_early(case, response):  # judged, bad, and no exact match
+        exact = None if case.expected is None else False
+        return CaseOutcome(case.id, bool(_parsed_calls(response)), True, False, True, exact, {"finish_reason_mismatch": 1})
     report = classify_response(response, ToolSpec.from_request(case.request()), schemas)
     calls = _parsed_calls(response)
     first = report.choices[0] if report.choices else None
@@ -224,6 +224,7 @@ def judge(fig: Figures, ref: Figures | None, settings: ToolCallSettings, baselin
     # A fixed floor the reference itself misses (a model weak at tools, or a broken reference)
     # says nothing of the endpoint; being far worse than that reference still does.
     floor_holds = ref_schema is None or ref_schema >= settings.schema_floor
+    hard_floor_holds = ref_schema is None or ref_schema >= settings.hard_floor
     schema_p = None  # the endpoint's schema misses against a reference below the floor (Fisher)
     if ref is not None and not floor_holds:
         table = [[fig.call_responses - fig.schema_ok, fig.schema_ok], [ref.call_responses - ref.schema_ok, ref.schema_ok]]
@@ -245,7 +246,6 @@ def judge(fig: Figures, ref: Figures | None, settings: ToolCallSettings, baselin
     details["pass_marks"] = marks
     # The hard rule: below the floor, and a miss of the pass mark (so never on a pass), where the
     # reference meets that floor or has too few calls to measure.
-    hard_floor_holds = ref_schema is None or ref_schema >= settings.hard_floor
     demote = low_schema and hard_floor_holds and schema is not None and schema < settings.hard_floor
     grounds: Grounds = "self" if own or demote or not reasons else "reference"
     return Judgement("fail" if reasons else "pass", p, demote, tuple(reasons), details, grounds)
