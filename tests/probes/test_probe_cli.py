@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+import httpx
 import pytest
 from starlette.testclient import TestClient
 
@@ -136,8 +137,16 @@ def test_the_fleet_route_reports_the_round_s_false_discovery_control(client: Tes
 
 @pytest.fixture
 def gwctl(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """`gwctl probe` with its HTTP calls going to the in-process app."""
-    monkeypatch.setattr("gateway.cli.probe.httpx.stream", client.stream)
+    """`gwctl probe` with its HTTP calls going to the in-process app. The CLI speaks httpx; the
+    TestClient may be built on httpx2 (starlette prefers it when installed, and the SDKs now pull it
+    in), whose `stream` rejects an `httpx.Timeout`: its four limits travel as a tuple, which both take."""
+
+    def stream(method: str, url: str, *, timeout: httpx.Timeout, **kwargs: Any) -> Any:
+        assert isinstance(timeout, httpx.Timeout) and timeout.connect == 10.0
+        limits = (timeout.connect, timeout.read, timeout.write, timeout.pool)
+        return client.stream(method, url, timeout=limits, **kwargs)
+
+    monkeypatch.setattr("gateway.cli.probe.httpx.stream", stream)
 
     def run(*args: str) -> int:
         return main(["probe", "--url", "http://testserver", "--admin-key", ADMIN_KEY, *args])
