@@ -19,7 +19,8 @@ which also serves every fault. Faults are the testbed's (probes/testbed/faults.p
 
 Sets (`SETS`): `weights` (honest engines and the distribution faults, drift + fidelity), `behaviour`
 (two honest engines, tool corruption, truncation, loops; sentinels + toolcalls), `truncation` (two
-honest engines and silent cuts to half the window, tail or head kept; sentinels only), `all` (every
+honest engines and silent cuts to half the window, tail or head kept; sentinels only), `requant`
+(two honest engines and both re-quantizations; drift + fidelity), `all` (every
 endpoint, all four probes: about 4-9 minutes an audit here).
 
 Prints per seed and pooled the confusion matrix (honest/faulty x healthy/suspect/demoted), the
@@ -65,8 +66,9 @@ QUICK_PROBES = "logprob_drift,fidelity"
 # twice that in a confirmatory round): cheap, and at 100 a temperature x0.7 passed its confirmatory round.
 # The tool-call suite keeps its own too (all 120 cases, 220-540 s an audit here): cut to 40, it
 # judged 0 and 1 bad responses of 10% corrupted ones on seed 1 and left the fault SUSPECT.
+# Distribution keeps its own too (25 prompts x 10 samples x 50 tokens) since it can confirm a drift
+# alarm on the endpoint's own grounds (probes.distribution): the drill measures it as users run it.
 DRILL_PROBES: dict[str, Any] = {
-    "distribution": {"prompts": 10, "samples_per_prompt": 6, "max_tokens": 32},
     "sentinels": {"loops": {"repeats": 6, "samples": 10}},
 }
 
@@ -116,6 +118,8 @@ SETS: Mapping[str, tuple[tuple[Kind, ...], str]] = {
     "weights": (HONEST + FAULTY[:3] + FAULTY[6:], "logprob_drift,fidelity"),
     "behaviour": ((HONEST[2], HONEST[0], *FAULTY[3:6]), "sentinels,toolcalls"),
     "truncation": ((HONEST[2], HONEST[0], FAULTY[4], HEAD_CUT), "sentinels"),
+    # The re-quantizations beside the two honest engines whose runs differ most (a shorter `weights`).
+    "requant": ((HONEST[2], HONEST[0], FAULTY[2], FAULTY[7]), "logprob_drift,fidelity"),
     "all": (HONEST + FAULTY, PROBES),
 }
 
@@ -160,8 +164,11 @@ def settings(endpoints: list[Endpoint], ref_url: str, seed: int, sizes: Mapping[
     caps = {"tools": True, "logprobs": True, "max_top_logprobs": 20, "native_n": False}
     providers = [{"name": "ref", "kind": "openai", "base_url": ref_url}]
     providers += [{"name": e.name, "kind": "openai", "base_url": e.base_url} for e in endpoints]
+    # Every endpoint claims the weights the reference serves (the shipped Q4_1 GGUF), as a provider's
+    # listing would: the faulty ones lie about it.
     deployments = [
-        {"model": MODEL, "provider": p["name"], "context_window": N_CTX, "capabilities": caps} for p in providers
+        {"model": MODEL, "provider": p["name"], "context_window": N_CTX, "capabilities": caps, "weights": "Q4_1"}
+        for p in providers
     ]
     return load_config(
         environ={},
@@ -195,7 +202,8 @@ def audit(root: str, provider: str, probes: str) -> tuple[dict[str, Any], float,
 
 
 KEPT_DETAILS = ("conversation", "logprob_spread", "outside_head", "mixed_counts", "off_count", "figures",
-                "reference_figures", "truth", "reference_judged", "null_error_rate", "pass_marks", "reasons", "dropped")
+                "reference_figures", "truth", "reference_judged", "null_error_rate", "pass_marks", "reasons", "dropped",
+                "same_weights", "template_mismatches")
 
 
 def record(e: Endpoint, run: dict[str, Any], seconds: float) -> dict[str, Any]:
@@ -205,6 +213,7 @@ def record(e: Endpoint, run: dict[str, Any], seconds: float) -> dict[str, Any]:
             "verdict": r["verdict"],
             "p_value": r.get("p_value"),
             "statistic": r.get("statistic"),
+            "grounds": r.get("grounds"),
             # The sentinels' findings (needle:truncation, loops:loops, ...): which of its checks failed.
             "findings": (r.get("details") or {}).get("findings"),
             "why": (r.get("details") or {}).get("error")
@@ -225,6 +234,8 @@ def record(e: Endpoint, run: dict[str, Any], seconds: float) -> dict[str, Any]:
         "state": run["state"],
         "verdict": run["verdict"],
         "transitions": [f"{t['from']}->{t['to']}: {t['reason']}" for t in run["transitions"]],
+        # Each round's decision, also where the state stayed (a demotion the fleet's e-BH held back).
+        "decisions": [r.get("reason") for r in run.get("rounds", [])],
         "template": (run.get("template") or {}).get("status"),
         "failed": sorted({r["probe"] for r in results if r["verdict"] == "fail"}),
         "no_verdict": sorted({r["probe"] for r in results if r["verdict"] not in ("pass", "fail")}),
