@@ -66,9 +66,8 @@ QUICK_PROBES = "logprob_drift,fidelity"
 # twice that in a confirmatory round): cheap, and at 100 a temperature x0.7 passed its confirmatory round.
 # The tool-call suite keeps its own too (all 120 cases, 220-540 s an audit here): cut to 40, it
 # judged 0 and 1 bad responses of 10% corrupted ones on seed 1 and left the fault SUSPECT.
-# Distribution keeps its own too (25 prompts x 10 samples x 50 tokens) since it can confirm a drift
-# alarm on the endpoint's own grounds (probes.distribution): the drill measures it as users run it.
 DRILL_PROBES: dict[str, Any] = {
+    "distribution": {"prompts": 10, "samples_per_prompt": 6, "max_tokens": 32},
     "sentinels": {"loops": {"repeats": 6, "samples": 10}},
 }
 
@@ -164,11 +163,8 @@ def settings(endpoints: list[Endpoint], ref_url: str, seed: int, sizes: Mapping[
     caps = {"tools": True, "logprobs": True, "max_top_logprobs": 20, "native_n": False}
     providers = [{"name": "ref", "kind": "openai", "base_url": ref_url}]
     providers += [{"name": e.name, "kind": "openai", "base_url": e.base_url} for e in endpoints]
-    # Every endpoint claims the weights the reference serves (the shipped Q4_1 GGUF), as a provider's
-    # listing would: the faulty ones lie about it.
     deployments = [
-        {"model": MODEL, "provider": p["name"], "context_window": N_CTX, "capabilities": caps, "weights": "Q4_1"}
-        for p in providers
+        {"model": MODEL, "provider": p["name"], "context_window": N_CTX, "capabilities": caps} for p in providers
     ]
     return load_config(
         environ={},
@@ -203,7 +199,7 @@ def audit(root: str, provider: str, probes: str) -> tuple[dict[str, Any], float,
 
 KEPT_DETAILS = ("conversation", "logprob_spread", "outside_head", "mixed_counts", "off_count", "figures",
                 "reference_figures", "truth", "reference_judged", "null_error_rate", "pass_marks", "reasons", "dropped",
-                "same_weights", "template_mismatches")
+                "template_mismatches")
 
 
 def record(e: Endpoint, run: dict[str, Any], seconds: float) -> dict[str, Any]:

@@ -3,17 +3,13 @@ engine's by MMD with a Hamming kernel, permutations stratified by prompt.
 
 The reference pool is drawn once per (reference endpoint, settings) and frozen in the baseline
 store. Without a reference, the endpoint's first pool is frozen and later runs compare against it.
-Each sample has a fixed seed, so the same weights on the same engine give the same pool.
 
-Whose grounds a failure rests on: the test compares sampled texts at T=1, where honest engines of
-the same weights differ only by numerics it cannot see (MET: fp16 against fp32 is nearly
-invisible; every honest cross-engine confirmatory round of bench/blind_drill.py passed it), so its
-permutation p-value is valid for "this endpoint serves the weights the reference serves", whichever
-engine serves them. Where the endpoint and the reference declare the same weights
-(`DeploymentConfig.weights`) and their templates agree (equal prompt_tokens), a failure is the
-endpoint's own evidence, which can confirm a drift alarm against the reference. Otherwise (weights
-unknown or different: a bf16 provider against a Q4_1 reference differs for real) it is a reference
-disagreement (probes.policy).
+Seeds: every request of a pool has its own seed (the reference's 0..N-1). One seed per sample index
+shared by all prompts couples the prompts' samples on any engine that turns a seed into the same
+random draws whatever the prompt (llama.cpp's sampler does); the test permutes within each prompt
+independently, so it then under-estimates its null's spread and rejects honest engines far above
+alpha. The endpoint's seeds are fresh in every run (from the run's generator), so a confirmatory
+round draws new answers instead of replaying the audit's.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from probes.base import Effect, Grounds, Outcome, ProbeContext, ProbeResult
+from probes.base import Effect, Outcome, ProbeContext, ProbeResult
 from probes.client import ProbeUnavailable
 from probes.stats.mmd import mmd_test
 from probes.windowed import Meter, judged, result
@@ -67,8 +63,12 @@ PROMPTS: tuple[str, ...] = (
 Pool = dict[str, Any]  # {"texts": [...], "prompts": [index...], "prompt_tokens": {index: n}}
 
 
+# The seed layout (module docstring): pools frozen under another layout are not compared with these.
+SEED_LAYOUT = "per-request"
+
+
 def pool_key(settings: DistributionSettings, prompts: tuple[str, ...]) -> str:
-    spec = [prompts, settings.samples_per_prompt, settings.temperature, settings.max_tokens]
+    spec = [prompts, settings.samples_per_prompt, settings.temperature, settings.max_tokens, SEED_LAYOUT]
     return "pool:" + hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
 
 
@@ -76,8 +76,8 @@ async def draw_pool(
     client: ProbeClient, prompts: tuple[str, ...], settings: DistributionSettings, step: Callable[[], None],
     *, first_seed: int = 0,
 ) -> tuple[Pool, int]:
-    """`samples_per_prompt` completions of each prompt, sample j of every prompt with seed
-    `first_seed + j`."""
+    """`samples_per_prompt` completions of each prompt, sample j of prompt i with its own seed
+    `first_seed + i * samples_per_prompt + j`."""
     texts: list[str] = []
     indices: list[int] = []
     prompt_tokens: dict[str, int] = {}
@@ -89,7 +89,7 @@ async def draw_pool(
                 "temperature": settings.temperature,
                 "top_p": 1,
                 "max_tokens": settings.max_tokens,
-                "seed": first_seed + j,
+                "seed": first_seed + i * settings.samples_per_prompt + j,
             }
             try:
                 response = await client.chat(body)
@@ -120,17 +120,9 @@ def template_mismatches(sample: Pool, reference: Pool) -> list[int]:
 
 
 def confirm_permutations(configured: int, alpha: float, confirm: bool) -> int:
-    """In a confirmatory round, enough permutations that the p-value floor 1/(B+1) sits 200 times
-    below alpha: a fault at the floor must be able to confirm, and its e-value (probes.fleet: 224 at
-    kappa 0.5 and alpha 0.001) to pass the fleet's e-BH gate (20 times below gave 71, under the bar
-    of a fleet of eight at FDR 0.1)."""
-    return max(configured, math.ceil(200 / alpha)) if confirm else configured
-
-
-def same_weights(endpoint: Endpoint, reference: Endpoint) -> bool:
-    """Whether both declare the same weights (`DeploymentConfig.weights`, case-insensitive)."""
-    mine, theirs = endpoint.deployment.weights, reference.deployment.weights
-    return mine is not None and theirs is not None and mine.casefold() == theirs.casefold()
+    """In a confirmatory round, enough permutations that the p-value floor 1/(B+1) sits 20 times
+    below alpha (a fault at the floor must be able to confirm)."""
+    return max(configured, math.ceil(20 / alpha)) if confirm else configured
 
 
 class Distribution:
@@ -154,7 +146,9 @@ class Distribution:
         else:
             reference_pool = await ctx.baselines.get(ctx.endpoint.id, self.name, key)
         meter = Meter(ctx, per_side * (2 if ctx.reference is not None and reference_pool is None else 1))
-        sample, errors = await draw_pool(ctx.client, prompts, settings, meter.step)
+        # Fresh seeds, none of them the reference pool's (0..per_side-1).
+        first_seed = int(ctx.rng.integers(per_side, 2**31 - per_side))
+        sample, errors = await draw_pool(ctx.client, prompts, settings, meter.step, first_seed=first_seed)
         spent = meter.spent(errors)
         if len(sample["texts"]) < 2:
             return result(self, "error", Outcome(statistic=0.0), spent, alpha, error="too few completions")
@@ -176,23 +170,18 @@ class Distribution:
         if len(reference_pool["texts"]) < 2:
             return result(self, "error", Outcome(statistic=0.0), spent, alpha, error="too few reference completions")
 
-        # Up to hundreds of thousands of permutations: off the event loop.
+        # Tens of thousands of permutations in a confirmatory round: off the event loop.
         outcome = await asyncio.to_thread(
             mmd_test, sample["texts"], sample["prompts"], reference_pool["texts"], reference_pool["prompts"],
             max_chars=settings.max_chars, permutations=confirm_permutations(settings.permutations, alpha, ctx.confirm),
             rng=ctx.rng,
         )
         verdict, outcome = judged(outcome, alpha, ctx.settings.health)
-        mismatches = template_mismatches(sample, dict(reference_pool))
-        weights = None
-        grounds: Grounds = "self"
-        if ctx.reference is not None:  # see the module docstring
-            weights = same_weights(ctx.endpoint, ctx.reference.endpoint)
-            grounds = "self" if weights and not mismatches else "reference"
+        # Against the reference a different engine may fail it (self-history first, probes.policy).
         return result(
-            self, verdict, outcome, spent, alpha, grounds=grounds,
-            comparison=comparison, reference_frozen_now=frozen_now, same_weights=weights,
-            template_mismatches=mismatches,
+            self, verdict, outcome, spent, alpha, grounds="reference" if comparison == "reference" else "self",
+            comparison=comparison, reference_frozen_now=frozen_now,
+            template_mismatches=template_mismatches(sample, dict(reference_pool)),
             mean_chars=round(sum(map(len, sample["texts"])) / len(sample["texts"]), 1),
             reference_mean_chars=round(sum(map(len, reference_pool["texts"])) / len(reference_pool["texts"]), 1),
         )
