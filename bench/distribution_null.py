@@ -1,17 +1,17 @@
 """The distribution probe's false-positive rate between honest engines of the same weights.
 
-A failure of the distribution test against a reference that declares the endpoint's weights counts
-on the endpoint's own grounds (probes.distribution), which rests on honest engines of the same
-weights passing it at its alpha. The blind drill's honest engines draw one pool per audit with the
-probe's fixed seeds, so every seed of the drill repeats the same texts: one sample of the null.
-This script draws `--pools` independent pools from each honest engine (the probe's requests with
-other seeds) and tests each against frozen reference pools at the probe's default sizes:
+Counting a failure of the distribution test against a reference of the endpoint's own weights as
+the endpoint's own evidence (tried on 2026-12-06 and withdrawn, bench/README.md) would need honest
+engines of the same weights to pass it at its alpha. The blind drill's honest engines draw one pool
+per audit with the probe's seeds, so every seed of the drill repeats the same texts: one sample of
+the null. This script draws `--pools` independent pools from each honest engine (the probe's
+requests with other seeds) and tests each against frozen reference pools at the probe's default sizes:
 
 - the reference: llama-server as the blind drill starts it (`--jinja`, 1 thread), reached two ways:
   as a plain OpenAI endpoint (its own sampler defaults, top-k 40 and min-p 0.05, apply) and with
   OpenAI's sampling made explicit (`top_k` 0, `min_p` 0: what the bundled engine's adapter sends);
-- honest endpoints: llama-cpp-python's `Llama` through the testbed (numpy sampling of the whole
-  distribution) and llama-server at `-b 8 -ub 8`, each as a plain OpenAI endpoint.
+- honest endpoints: llama-cpp-python's `Llama` through the testbed (its own logits and sampler) and
+  llama-server at `-b 8 -ub 8`, each as a plain OpenAI endpoint.
 
     nice -n 10 .venv/bin/python bench/distribution_null.py --pools 6     # ~25 minutes here, idle
 
@@ -26,7 +26,6 @@ import contextlib
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.calibrate_reference import llama_server  # noqa: E402
+from bench.probe_power import HttpChat  # noqa: E402
 from probes.distribution import PROMPTS, Pool, draw_pool  # noqa: E402
 from probes.settings import DistributionSettings  # noqa: E402
 from probes.stats.mmd import mmd_test  # noqa: E402
@@ -46,21 +46,14 @@ MODEL = "smollm2"
 OPENAI_SAMPLING = {"top_k": 0, "min_p": 0.0}
 
 
-class Client:
-    """What `draw_pool` needs of a probe client: `chat(body)`, with extra fields added to each body."""
-
-    def __init__(self, http: httpx.AsyncClient, base_url: str, extra: Mapping[str, Any] | None = None) -> None:
-        self.http, self.base_url, self.extra = http, base_url, dict(extra or {})
+class OpenAISampling(HttpChat):
+    """llama-server sampling as OpenAI specifies: its own top-k and min-p defaults turned off."""
 
     async def chat(self, body: dict[str, Any]) -> dict[str, Any]:
-        response = await self.http.post(self.base_url + "/chat/completions",
-                                         json={"model": MODEL, **body, **self.extra})
-        response.raise_for_status()
-        answer: dict[str, Any] = response.json()
-        return answer
+        return await super().chat({**body, **OPENAI_SAMPLING})
 
 
-async def pool(client: Client, settings: DistributionSettings, first_seed: int) -> Pool:
+async def pool(client: HttpChat, settings: DistributionSettings, first_seed: int) -> Pool:
     drawn, errors = await draw_pool(client, PROMPTS[: settings.prompts], settings, lambda: None,  # type: ignore[arg-type]
                                     first_seed=first_seed)
     if errors:
@@ -88,12 +81,12 @@ async def run(pools: int, seed: int) -> None:
         async with httpx.AsyncClient(timeout=600) as http:
             started = time.monotonic()
             references = {
-                "llama-server defaults": await pool(Client(http, ref_url + "/v1"), settings, 0),
-                "llama-server, OpenAI sampling": await pool(Client(http, ref_url + "/v1", OPENAI_SAMPLING), settings, 0),
+                "llama-server defaults": await pool(HttpChat(http, ref_url + "/v1"), settings, 0),
+                "llama-server, OpenAI sampling": await pool(OpenAISampling(http, ref_url + "/v1"), settings, 0),
             }
             print(f"reference pools drawn in {time.monotonic() - started:.0f} s", flush=True)
-            endpoints = {"llama-cpp-python Llama": Client(http, tb.base_url("honest")),
-                         "llama-server -b 8 -ub 8": Client(http, b8_url + "/v1")}
+            endpoints = {"llama-cpp-python Llama": HttpChat(http, tb.base_url("honest")),
+                         "llama-server -b 8 -ub 8": HttpChat(http, b8_url + "/v1")}
             p_values: dict[tuple[str, str], list[float]] = {}
             for k in range(pools):
                 for name, client in endpoints.items():
