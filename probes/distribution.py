@@ -9,7 +9,9 @@ shared by all prompts couples the prompts' samples on any engine that turns a se
 random draws whatever the prompt (llama.cpp's sampler does); the test permutes within each prompt
 independently, so it then under-estimates its null's spread and rejects honest engines far above
 alpha. The endpoint's seeds are fresh in every run (from the run's generator), so a confirmatory
-round draws new answers instead of replaying the audit's.
+round draws new answers instead of replaying the audit's; it still compares them with the same
+frozen pool, so its p-value is not independent of the audit's (given one frozen pool, the rate at
+which honest pools fail varies with that pool around alpha).
 """
 
 from __future__ import annotations
