@@ -161,10 +161,16 @@ def serving(endpoints: list[Endpoint], seed: int, workdir: Path) -> Iterator[str
 
 def settings(endpoints: list[Endpoint], ref_url: str, seed: int, sizes: Mapping[str, Any]) -> Any:
     caps = {"tools": True, "logprobs": True, "max_top_logprobs": 20, "native_n": False}
-    providers = [{"name": "ref", "kind": "openai", "base_url": ref_url}]
+    # The reference as the gateway serves its bundled engine (the `llamacpp` adapter: OpenAI's
+    # sampling, no top-k or min-p cut unless asked); the endpoints as third-party providers (`openai`:
+    # llama-server's own defaults apply to the honest ones).
+    providers = [{"name": "ref", "kind": "llamacpp", "base_url": ref_url}]
     providers += [{"name": e.name, "kind": "openai", "base_url": e.base_url} for e in endpoints]
+    # Every endpoint claims the weights the reference serves (the shipped Q4_1 GGUF), as a provider's
+    # listing would: the faulty ones lie about it.
     deployments = [
-        {"model": MODEL, "provider": p["name"], "context_window": N_CTX, "capabilities": caps} for p in providers
+        {"model": MODEL, "provider": p["name"], "context_window": N_CTX, "capabilities": caps, "weights": "Q4_1"}
+        for p in providers
     ]
     return load_config(
         environ={},
@@ -199,7 +205,7 @@ def audit(root: str, provider: str, probes: str) -> tuple[dict[str, Any], float,
 
 KEPT_DETAILS = ("conversation", "logprob_spread", "outside_head", "mixed_counts", "off_count", "figures",
                 "reference_figures", "truth", "reference_judged", "null_error_rate", "pass_marks", "reasons", "dropped",
-                "template_mismatches")
+                "same_weights", "template_mismatches", "samplers")
 
 
 def record(e: Endpoint, run: dict[str, Any], seconds: float) -> dict[str, Any]:

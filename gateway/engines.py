@@ -10,7 +10,7 @@ from gateway.catalog import Endpoint
 from kernel.deployment import Capabilities, DeploymentConfig, DeploymentRouting
 from providers.base import Adapter, Target
 from providers.engines.config import EngineConfig
-from providers.engines.models import chat_template
+from providers.engines.models import chat_template, engine_weights
 from providers.llamacpp import LlamaCppAdapter
 from providers.registry import adapter_for
 
@@ -64,6 +64,7 @@ def engine_endpoints(cfg: EngineConfig, supervisor: Any) -> list[Endpoint]:
             capabilities=engine_capabilities(cfg),
             routing=engine_routing(cfg),
             native=cfg.native,
+            weights=engine_weights(cfg),
         )
         index = replica.index
         endpoints.append(

@@ -102,8 +102,12 @@ class DeploymentConfig(Frozen):
     # (the client's body out, the upstream's answer or events back) instead of translated to chat.
     # Only provider kinds whose adapter speaks the API may list it (checked when the catalog is built).
     native: frozenset[NativeApi] = frozenset()
+    # The weights the provider says it serves ("Q4_1", "bf16", "fp8"...), compared case-insensitively.
+    # Where an endpoint and its model's reference name the same weights, the distribution probe's
+    # test against the reference is evidence on the endpoint's own grounds (probes.distribution).
+    weights: str | None = Field(None, min_length=1, max_length=64)
 
-    _names_header_safe = field_validator("model", "id")(header_safe)
+    _names_header_safe = field_validator("model", "id", "weights")(header_safe)
 
     @property
     def endpoint_id(self) -> str:

@@ -10,7 +10,8 @@ in), so every transition is tested from a table.
 Self-history first: a failure that rests on disagreement with the reference engine alone
 (`ProbeResult.grounds == "reference"`: another correct engine fails it too) may raise SUSPECT but
 never demotes. Every move to DEMOTED needs independent evidence: a failure on the endpoint's own
-grounds this round (its golden window, fidelity, tool-call accuracy, usage and its consistency, a hard rule) or an
+grounds this round (its golden window, fidelity, tool-call accuracy, usage and its consistency, the
+distribution test against a reference that serves the weights the endpoint claims, a hard rule) or an
 e-CUSUM on its own grounds alone at the alarm level (`EvidenceState.own`: a reference-only failure
 steps it as a pass, so one chance failure in a run of them fades). Without it the endpoint stays SUSPECT (on
 probation: stays there), the reference-only e-CUSUMs restart, and the reason says so; a demoted
@@ -159,7 +160,8 @@ def _describe(r: ProbeResult) -> str:
 
 
 # Said when a demotion is held back: which tests could confirm a reference disagreement.
-INDEPENDENT_TESTS = "fidelity, tool-call accuracy, usage and its consistency, the golden window"
+INDEPENDENT_TESTS = ("fidelity, tool-call accuracy, usage and its consistency, the golden window, "
+                     "the distribution test against a reference of the same weights")
 
 
 def decide(

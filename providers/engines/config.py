@@ -53,8 +53,11 @@ class EngineConfig(Frozen):
     # llama.cpp serves Anthropic's Messages. Not Responses: llama-server's /v1/responses events lack the
     # `sequence_number`, `output_index` and `content_index` the SDKs' stream helpers index by.
     native: frozenset[NativeApi] = frozenset()
+    # The weights it serves (`DeploymentConfig.weights`); default: a shipped model's own
+    # quantization (providers.engines.models.SHIPPED_WEIGHTS), else unknown.
+    weights: str | None = Field(None, min_length=1, max_length=64)
 
-    _name_header_safe = field_validator("served_model_name")(header_safe)
+    _name_header_safe = field_validator("served_model_name", "weights")(header_safe)
 
     @model_validator(mode="after")
     def _external_needs_url(self) -> EngineConfig:

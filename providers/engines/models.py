@@ -132,6 +132,15 @@ SHIPPED_MODELS: Mapping[str, Callable[[str, Path], Path]] = MappingProxyType(
 )
 
 
+# The quantization each shipped GGUF carries (its file type), what its engine declares it serves.
+SHIPPED_WEIGHTS: Mapping[str, str] = MappingProxyType({"smollm2": "Q4_1", "gemma3-270m": "Q4_K_M"})
+
+
+def engine_weights(cfg: EngineConfig) -> str | None:
+    """The weights an engine declares: its config's, else a shipped model's own quantization."""
+    return cfg.weights if cfg.weights is not None else SHIPPED_WEIGHTS.get(cfg.model)
+
+
 @dataclass(frozen=True)
 class ChatTemplate:
     path: Path

@@ -23,6 +23,7 @@ def make_endpoint(
     adapter: Adapter | None = None,
     ready: Callable[[], bool] | None = None,
     api_key: str | None = None,
+    weights: str | None = None,
 ) -> Endpoint:
     provider = provider or id.split("/")[0]
     deployment = DeploymentConfig(
@@ -32,6 +33,7 @@ def make_endpoint(
         upstream_model=upstream_model,
         capabilities=Capabilities(**(capabilities or {})),
         price=Price(**(price or {})),
+        weights=weights,
     )
     target = Target(
         endpoint_id=id, base_url=base_url, upstream_model=deployment.target_model, public_model=model, api_key=api_key

@@ -69,3 +69,30 @@ def test_no_engine_takes_responses_as_is() -> None:
         EngineConfig(native=frozenset({"responses"}))
     with pytest.raises(ValidationError, match="native: responses is not taken from llama-server"):
         EngineConfig(native=frozenset({"messages", "responses"}))
+
+
+def test_an_engine_declares_the_weights_it_serves() -> None:
+    """A shipped model's own quantization, unless the operator says otherwise; unknown for other models."""
+    (shipped,) = engine_endpoints(EngineConfig(), Supervisor())
+    assert shipped.deployment.weights == "Q4_1"
+    (gemma,) = engine_endpoints(EngineConfig(model="gemma3-270m"), Supervisor())
+    assert gemma.deployment.weights == "Q4_K_M"
+    (told,) = engine_endpoints(EngineConfig(weights="Q8_0"), Supervisor())
+    assert told.deployment.weights == "Q8_0"
+    (vllm,) = engine_endpoints(EngineConfig(kind="vllm", model="org/m"), Supervisor())
+    assert vllm.deployment.weights is None
+    with pytest.raises(ValidationError, match="printable ASCII"):
+        EngineConfig(weights="Q4\n1")
+
+
+def test_the_shipped_weights_are_the_gguf_files_own_type() -> None:
+    """What the engine declares is what its file carries (general.file_type, read with gguf)."""
+    import gguf  # the testbed extra (`test` installs it)
+
+    from providers.engines.models import SHIPPED_MODELS, SHIPPED_WEIGHTS, default_cache_dir
+
+    assert set(SHIPPED_WEIGHTS) == set(SHIPPED_MODELS)
+    for model, path_of in SHIPPED_MODELS.items():
+        field = gguf.GGUFReader(str(path_of("test", default_cache_dir()))).fields["general.file_type"]
+        file_type = gguf.LlamaFileType(int(field.parts[field.data[0]][0]))
+        assert file_type.name == f"MOSTLY_{SHIPPED_WEIGHTS[model]}"

@@ -102,13 +102,16 @@ class ToyModel:
 
     `shift` adds a fixed logit perturbation (a re-quantized copy), `served_temperature` replaces the
     requested one while logprobs stay raw, `noise` adds per-request logprob jitter (batching), and
-    another `name` is another model. Requests with a `seed` are reproducible."""
+    another `name` is another model. Requests with a `seed` are reproducible. The sampler cuts the
+    tail as a request's `top_k` and `min_p` say (0: no cut), else as `sampler` says (llama-server's
+    defaults are top-k 40, min-p 0.05)."""
 
     def __init__(
         self, name: str = "toy", *, vocab: int = 40, shift: float = 0.0, served_temperature: float | None = None,
-        noise: float = 0.0, scale: float = 2.0, seed: int = 0,
+        noise: float = 0.0, scale: float = 2.0, seed: int = 0, sampler: Mapping[str, float] | None = None,
     ) -> None:
         self.name = name
+        self.sampler = dict(sampler or {})
         self.tokens = [chr(ord("a") + i % 26) + ("" if i < 26 else chr(ord("a") + i // 26)) for i in range(vocab)]
         self.shift = shift
         self.served_temperature = served_temperature
@@ -133,7 +136,14 @@ class ToyModel:
         temperature = self.served_temperature
         if temperature is None:
             temperature = float(body.get("temperature", 1.0))
-        picks = [self._pick(lp, temperature, rng) for _ in range(int(body.get("max_tokens", 1)))]
+        top_k = int(body.get("top_k", self.sampler.get("top_k", 0)))
+        min_p = float(body.get("min_p", self.sampler.get("min_p", 0.0)))
+        cut = lp.copy()
+        if top_k > 0:
+            cut[np.argsort(lp)[::-1][top_k:]] = -np.inf
+        if min_p > 0:
+            cut[lp < lp.max() + np.log(min_p)] = -np.inf
+        picks = [self._pick(cut, temperature, rng) for _ in range(int(body.get("max_tokens", 1)))]
         content = "".join(self.tokens[i] for i in picks)
         top = None
         if body.get("logprobs"):
@@ -147,7 +157,7 @@ class ToyModel:
         if temperature <= 0:
             return int(np.argmax(lp))
         z = lp / temperature
-        p = np.exp(z - z.max())
+        p = np.exp(z - z.max())  # a cut token (-inf) has 0
         return int(rng.choice(lp.size, p=p / p.sum()))
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from probes.base import ProbeContext
 from probes.baselines import MemoryBaselines
-from probes.distribution import PROMPTS, Distribution, confirm_permutations, pool_key
+from probes.distribution import PROMPTS, REFERENCE_SAMPLERS, Distribution, confirm_permutations, pool_key, same_weights
 from probes.settings import DistributionSettings, ProbeSettings
 from probes.testbed.harness import EndpointSpec, Testbed
 from tests.fakes.catalog import make_endpoint
@@ -14,9 +14,9 @@ from tests.probes.fakes import FakeProbeClient, ToyModel, chat_json, live_client
 SETTINGS = ProbeSettings(distribution=DistributionSettings(prompts=5, samples_per_prompt=6, max_tokens=8, permutations=300))
 
 
-def _ctx(model, *, reference=None, baselines=None, confirm=False, seed=0, settings=SETTINGS):
-    endpoint = make_endpoint("prov/m")
-    ref = FakeProbeClient(make_endpoint("local/m"), reference) if reference is not None else None
+def _ctx(model, *, reference=None, baselines=None, confirm=False, seed=0, settings=SETTINGS, weights=(None, None)):
+    endpoint = make_endpoint("prov/m", weights=weights[0])
+    ref = FakeProbeClient(make_endpoint("local/m", weights=weights[1]), reference) if reference is not None else None
     return ProbeContext(
         endpoint=endpoint,
         client=FakeProbeClient(endpoint, model),
@@ -34,16 +34,20 @@ def test_prompts_are_pinned_and_enough_for_the_default():
 
 
 async def test_requests_use_the_settings_and_a_seed_each():
-    """The reference's pool has seeds 0..29, one per request; the endpoint's are fresh in every run
-    and none of the reference's, so a confirmatory round draws new answers."""
+    """Each of the reference's pools (one per tolerated sampler) has seeds 0..29, one per request;
+    the endpoint's are fresh in every run and none of the reference's, so a confirmatory round
+    draws new answers. The endpoint is asked for the plain sampler only."""
     ctx = _ctx(ToyModel(), reference=ToyModel())
     await Distribution().run(ctx)
     bodies = ctx.client.bodies
     assert len(bodies) == 30
     assert {b["temperature"] for b in bodies} == {1.0}
     assert {b["max_tokens"] for b in bodies} == {8}
+    assert not any("top_k" in b or "min_p" in b for b in bodies)
     assert bodies[6]["messages"][0]["content"] == PROMPTS[1]
-    assert [b["seed"] for b in ctx.reference.bodies] == list(range(30))
+    reference = ctx.reference.bodies
+    assert [b["seed"] for b in reference] == list(range(30)) * len(REFERENCE_SAMPLERS)
+    assert [(b.get("top_k"), b.get("min_p")) for b in reference[::30]] == [(None, None), (40, 0.05)]
     seeds = [b["seed"] for b in bodies]
     assert len(set(seeds)) == 30 and min(seeds) >= 30
     again = _ctx(ToyModel(), reference=ToyModel(), seed=1)
@@ -84,8 +88,9 @@ async def test_honest_endpoint_passes_and_the_reference_pool_is_drawn_once():
     assert result.verdict == "pass"
     assert result.details["comparison"] == "reference"
     assert result.details["reference_frozen_now"] is True
-    assert first.reference.requests == 30
-    assert await baselines.get("local/m", "distribution", pool_key(SETTINGS.distribution, PROMPTS[:5])) is not None
+    assert first.reference.requests == 30 * len(REFERENCE_SAMPLERS)
+    for sampler in REFERENCE_SAMPLERS:
+        assert await baselines.get("local/m", "distribution", pool_key(SETTINGS.distribution, PROMPTS[:5], sampler))
     second = _ctx(ToyModel(seed=3), reference=ToyModel(), baselines=baselines)
     again = await Distribution().run(second)
     assert second.reference.requests == 0
@@ -146,8 +151,10 @@ async def test_a_reference_pool_with_errors_is_used_but_not_frozen():
     baselines = MemoryBaselines()
     result = await Distribution().run(_ctx(ToyModel(), reference=flaky, baselines=baselines))
     assert result.verdict == "pass"
-    assert result.reference_samples == 29
+    assert [s["p_value"] is not None for s in result.details["samplers"]] == [True, True]
     assert await baselines.get("local/m", "distribution", pool_key(SETTINGS.distribution, PROMPTS[:5])) is None
+    # The other sampler's pool was complete: frozen.
+    assert await baselines.get("local/m", "distribution", pool_key(SETTINGS.distribution, PROMPTS[:5], REFERENCE_SAMPLERS[1]))
 
 
 async def test_empty_answers_are_compared_as_empty_text():
@@ -203,5 +210,82 @@ async def test_live_distribution_passes_honest_and_fails_substituted(testbed):
 def test_a_confirmatory_round_raises_the_permutations_so_the_floor_sits_below_alpha() -> None:
     assert confirm_permutations(1000, 0.001, confirm=False) == 1000
     raised = confirm_permutations(1000, 0.001, confirm=True)
-    assert 1 / (raised + 1) < 0.001 / 10
-    assert confirm_permutations(50_000, 0.001, confirm=True) == 50_000
+    assert 1 / (raised + 1) <= 0.001 / 200
+    assert confirm_permutations(500_000, 0.001, confirm=True) == 500_000
+
+
+def test_a_fault_at_the_confirmatory_floor_passes_a_fleet_of_eight() -> None:
+    """The floor's e-value clears e-BH's first bar for 8 endpoints at FDR 0.1 (8 / 0.1 = 80) with room
+    for the round's passing results (each costs at most a factor kappa = 0.5)."""
+    from probes.stats.evalues import calibrate
+
+    floor = 1 / (confirm_permutations(1000, 0.001, confirm=True) + 1)
+    assert calibrate(floor, 0.5) * 0.5 >= 8 / 0.1
+
+
+# -- samplers that cut the tail, and whose grounds a failure rests on -----------------------------
+WIDER = ProbeSettings(distribution=DistributionSettings(prompts=10, samples_per_prompt=10, max_tokens=8, permutations=300))
+LLAMA_CPP_DEFAULTS = {"top_k": 40, "min_p": 0.05}
+
+
+class HeavyTail(ToyModel):
+    """Per prompt, a few likely tokens and a long tail each under 5% of the top one, which together
+    hold most of the mass: llama-server's default min-p cut (0.05) removes all of it."""
+
+    def logprobs(self, prompt: str) -> np.ndarray:
+        logits = np.full(len(self.tokens), np.log(0.04))
+        head = np.random.default_rng([ord(c) for c in self.name + prompt]).choice(len(self.tokens), 3, replace=False)
+        logits[head] = [0.0, -0.5, -1.0]
+        return logits - np.log(np.exp(logits).sum())
+
+
+async def test_an_honest_endpoint_whose_sampler_cuts_the_tail_as_llama_server_does_passes():
+    """A provider's llama-server samples through its defaults (top-k 40, min-p 0.05): compared with a
+    plain-sampling reference pool alone it fails, so the reference also draws a pool through that cut."""
+    for seed in range(3):
+        ctx = _ctx(HeavyTail(sampler=LLAMA_CPP_DEFAULTS), reference=HeavyTail(), settings=WIDER, seed=seed)
+        result = await Distribution().run(ctx)
+        plain, cut = result.details["samplers"]
+        assert plain["p_value"] <= 0.01 < cut["p_value"], result.details["samplers"]
+        assert result.verdict == "pass" and result.p_value == cut["p_value"]
+
+
+async def test_a_fault_fails_against_every_tolerated_sampler():
+    for endpoint in (HeavyTail("other", sampler=LLAMA_CPP_DEFAULTS), ToyModel(shift=1.5), ToyModel(served_temperature=0.5)):
+        reference = HeavyTail() if isinstance(endpoint, HeavyTail) else ToyModel()
+        result = await Distribution().run(_ctx(endpoint, reference=reference, settings=WIDER))
+        assert result.verdict == "fail", (endpoint.name, result.details["samplers"])
+        assert all(s["p_value"] <= 0.01 for s in result.details["samplers"])
+
+
+@pytest.mark.parametrize(
+    ("weights", "same"),
+    [(("Q4_1", "q4_1"), True), (("Q4_1", "Q2_K"), False), (("bf16", None), False), ((None, None), False)],
+)
+def test_same_weights_needs_both_declared_and_equal(weights, same) -> None:
+    assert same_weights(make_endpoint("a/m", weights=weights[0]), make_endpoint("b/m", weights=weights[1])) is same
+
+
+async def test_against_a_reference_of_the_same_weights_a_failure_is_the_endpoint_s_own_evidence():
+    """Honest engines of one set of weights pass at alpha, so a failure there is no engine gap."""
+    result = await Distribution().run(_ctx(ToyModel("other"), reference=ToyModel(), weights=("q4_1", "Q4_1")))
+    assert result.verdict == "fail" and result.grounds == "self"
+    assert result.details["same_weights"] is True
+
+
+@pytest.mark.parametrize("weights", [(None, "Q4_1"), ("bf16", "Q4_1")])
+async def test_unknown_or_other_weights_keep_a_failure_a_reference_disagreement(weights):
+    result = await Distribution().run(_ctx(ToyModel("other"), reference=ToyModel(), weights=weights))
+    assert result.verdict == "fail" and result.grounds == "reference"
+    assert result.details["same_weights"] is False
+
+
+async def test_a_template_mismatch_keeps_a_failure_a_reference_disagreement_whatever_the_weights():
+    def other_template(body):
+        out = ToyModel("other")(body)
+        out["usage"]["prompt_tokens"] += 7
+        return out
+
+    result = await Distribution().run(_ctx(other_template, reference=ToyModel(), weights=("Q4_1", "Q4_1")))
+    assert result.verdict == "fail" and result.details["template_mismatches"]
+    assert result.grounds == "reference"

@@ -314,3 +314,15 @@ def test_an_audits_first_round_confirms_only_with_a_failure_at_the_confirmatory_
     strong = r("fidelity", "fail", p=S.confirm_alpha / 2, e=10.5)
     at_once = decide(at("suspect"), ev, [DRIFT_REF, strong], confirm=False, now=NOW, settings=S, trigger="manual")
     assert at_once.to_state == "demoted" and "confirmed independently by fidelity fail" in at_once.reason
+
+
+def test_a_distribution_failure_against_a_reference_of_the_same_weights_confirms_a_drift_alarm() -> None:
+    """The one-tensor re-quantization of the blind drill: drift fails against the reference, then the
+    distribution test against a reference that serves the weights the endpoint claims fails on the
+    endpoint's own grounds (probes.distribution): independent confirmation, so it demotes."""
+    suspect = EvidenceState({"logprob_drift": 10.5}, suspects=("logprob_drift",))
+    dist_same_weights = r("distribution", "fail", "confirm", grounds="self", p=5e-06)
+    d = decide(at("suspect"), suspect, [DRIFT_REF, dist_same_weights, FIDELITY_PASS], confirm=True, now=NOW,
+               settings=S, trigger="manual")
+    assert d.to_state == "demoted", d.reason
+    assert "confirmed independently by distribution fail (p=5e-06)" in d.reason

@@ -56,3 +56,30 @@ def test_detects_a_shift():
     observed, p, _ = permutation_test(_mean_gap(values), labels, 999, rng)
     assert observed > 0.8
     assert p < 0.01
+
+
+def test_many_permutations_are_drawn_in_chunks_each_within_its_strata():
+    """A confirmatory round's 200,000 permutations: evaluated CHUNK rows at a time, all counted."""
+    from probes.stats import permutation
+
+    labels = np.array([True, False, True, False, False, True, True, False])
+    strata = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+    sizes: list[int] = []
+
+    def statistic(rows: np.ndarray) -> np.ndarray:
+        sizes.append(rows.shape[0])
+        assert (rows[:, :4].sum(axis=1) == 2).all() and (rows[:, 4:].sum(axis=1) == 2).all()
+        return rows[:, 0].astype(float) + rows[:, 5]
+
+    n = 2 * permutation.CHUNK + 7
+    observed, p, null = permutation_test(statistic, labels, n, np.random.default_rng(0), strata=strata)
+    assert sizes == [1, permutation.CHUNK, permutation.CHUNK, 7] and null.size == n
+    # Both marked labels keep their place with probability 1/2 * 1/2.
+    assert observed == 2.0 and p == pytest.approx(0.25, abs=0.01)
+
+
+def test_one_chunk_draws_what_a_single_call_draws():
+    labels = np.arange(10) < 4
+    rows = permuted_labels(labels, 500, np.random.default_rng(3))
+    _, _, null = permutation_test(lambda r: r[:, 0].astype(float), labels, 500, np.random.default_rng(3))
+    assert (null == rows[:, 0]).all()
