@@ -21,10 +21,13 @@ default cut), and its p-value is the largest: valid for the union of those nulls
 test is for its tolerated truncations. Other cuts (a provider's own top-p, say) are not covered.
 
 Whose grounds a failure rests on: at T=1 over sampled texts, honest engines of the same weights
-differ only by numerics the test does not see at its sizes (bench/distribution_null.py, and every
-honest cross-engine round of bench/blind_drill.py), so where the endpoint and the reference declare
+differed only by numerics the test did not see at its sizes in what was measured (bench/
+distribution_null.py: 8 honest pools against one reference draw per sampler; the honest rounds of
+bench/blind_drill.py), so where the endpoint and the reference declare
 the same weights (`DeploymentConfig.weights`) and their templates agree (equal prompt_tokens), a
-failure is the endpoint's own evidence, which can confirm a drift alarm against the reference.
+failure in a confirmatory round is the endpoint's own evidence, which can confirm a drift alarm
+against the reference (a scheduled window compares with the same frozen pool every time, so its
+failures stay reference disagreements); every pool must report prompt tokens for every prompt.
 Otherwise (weights unknown or different: a bf16 provider against a Q4_1 reference differs for real)
 it is a reference disagreement (probes.policy).
 """
@@ -148,13 +151,23 @@ def confirm_permutations(configured: int, alpha: float, confirm: bool) -> int:
     below alpha: a fault at the floor must be able to confirm, and its e-value (probes.fleet: 224 at
     kappa 0.5 and alpha 0.001) to pass the fleet's e-BH gate (20 times below gave 71, under the bar
     of a fleet of eight at FDR 0.1)."""
-    return max(configured, math.ceil(200 / alpha)) if confirm else configured
+    return max(configured, min(MAX_PERMUTATIONS, math.ceil(200 / alpha))) if confirm else configured
+
+
+# A bound on a confirmatory round's permutations per pool whatever confirm_alpha is set to.
+MAX_PERMUTATIONS = 1_000_000
 
 
 def same_weights(endpoint: Endpoint, reference: Endpoint) -> bool:
     """Whether both declare the same weights (`DeploymentConfig.weights`, case-insensitive)."""
     mine, theirs = endpoint.deployment.weights, reference.deployment.weights
     return mine is not None and theirs is not None and mine.casefold() == theirs.casefold()
+
+
+def _counted_everywhere(sample: Pool, references: list[Mapping[str, Any]], prompts: int) -> bool:
+    """Whether every pool reported prompt tokens for every prompt: missing usage is no proof that
+    the templates agree."""
+    return all(len(p["prompt_tokens"]) == prompts for p in [sample, *references])
 
 
 def _p_or_none_last(outcome: Outcome) -> float:
@@ -205,9 +218,14 @@ class Distribution:
                     if not reference_errors:  # only a complete pool is worth freezing
                         await ctx.baselines.put(owner, self.name, key, drawn, at=ctx.clock())
                     pools[i] = drawn
-        references = [p for p in pools if p is not None]
-        if any(len(p["texts"]) < 2 for p in references):
+        # A tolerated sampler's pool the reference could not draw (an upstream that rejects `top_k`,
+        # say) is left out; the union is then incomplete, and a failure no own evidence.
+        usable = [(s, p) for s, p in zip(samplers, pools, strict=True) if p is not None and len(p["texts"]) >= 2]
+        if not usable or usable[0][0] != samplers[0]:
             return result(self, "error", Outcome(statistic=0.0), spent, alpha, error="too few reference completions")
+        complete = len(usable) == len(samplers)
+        samplers = tuple(s for s, _ in usable)
+        references = [p for _, p in usable]
 
         # Tens of thousands of permutations a pool in a confirmatory round: off the event loop.
         permutations = confirm_permutations(settings.permutations, alpha, ctx.confirm)
@@ -218,8 +236,10 @@ class Distribution:
             )
             for p in references
         ]
-        # The largest p-value: the endpoint passes when its pool matches any tolerated sampler's.
-        best = max(range(len(outcomes)), key=lambda i: _p_or_none_last(outcomes[i]))
+        # The largest p-value: the endpoint passes when its pool matches any tolerated sampler's. A
+        # comparison that gave no p-value (too few answers of a prompt) leaves the union untested.
+        missing_p = [i for i, o in enumerate(outcomes) if o.p_value is None]
+        best = missing_p[0] if missing_p else max(range(len(outcomes)), key=lambda i: _p_or_none_last(outcomes[i]))
         verdict, outcome = judged(outcomes[best], alpha, ctx.settings.health)
         reference_pool = references[best]
         mismatches = template_mismatches(sample, dict(references[0]))
@@ -227,7 +247,10 @@ class Distribution:
         grounds: Grounds = "self"
         if ctx.reference is not None:  # see the module docstring
             weights = same_weights(ctx.endpoint, ctx.reference.endpoint)
-            grounds = "self" if weights and not mismatches else "reference"
+            counted = _counted_everywhere(sample, references, len(prompts))
+            # Own grounds only as the confirmation it is meant for: in a confirmatory round (a
+            # scheduled window compares with the same frozen pool again and again).
+            grounds = "self" if ctx.confirm and complete and weights and counted and not mismatches else "reference"
         return result(
             self, verdict, outcome, spent, alpha, grounds=grounds,
             comparison=comparison, reference_frozen_now=frozen_now, same_weights=weights,

@@ -13,7 +13,7 @@ import numpy as np
 # Statistics recomputed on the observed split may differ from it in the last bits; a permuted
 # statistic this close (relative) to the observed one counts as a tie, which keeps the p-value valid.
 _TIE = 1e-9
-# Permuted label rows drawn and evaluated at once (one chunk: the same draws as a single call).
+# Permuted label rows drawn and evaluated at once (a bound on memory at any permutation count).
 CHUNK = 20_000
 
 
@@ -58,7 +58,7 @@ def permutation_test(
         raise ValueError("permutations must be at least 1")
     labels = np.asarray(labels)
     observed = float(statistic(labels[None, :])[0])
-    # In chunks: a confirmatory round's 200,000 permutations of 500 labels would be 800 MB at once.
+    # In chunks: a confirmatory round's permutations are 200/alpha, unbounded by alpha's setting.
     null = np.concatenate([
         np.asarray(statistic(permuted_labels(labels, min(CHUNK, permutations - done), rng, strata=strata)), dtype=float)
         for done in range(0, permutations, CHUNK)

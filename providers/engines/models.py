@@ -137,8 +137,11 @@ SHIPPED_WEIGHTS: Mapping[str, str] = MappingProxyType({"smollm2": "Q4_1", "gemma
 
 
 def engine_weights(cfg: EngineConfig) -> str | None:
-    """The weights an engine declares: its config's, else a shipped model's own quantization."""
-    return cfg.weights if cfg.weights is not None else SHIPPED_WEIGHTS.get(cfg.model)
+    """The weights an engine declares: its config's, else, for llama.cpp serving a shipped alias, that
+    GGUF's own quantization (an external or vLLM/SGLang engine serves what its operator says, if anything)."""
+    if cfg.weights is not None:
+        return cfg.weights
+    return SHIPPED_WEIGHTS.get(cfg.model) if cfg.kind == "llamacpp" else None
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,9 @@ def test_an_engine_declares_the_weights_it_serves() -> None:
     assert told.deployment.weights == "Q8_0"
     (vllm,) = engine_endpoints(EngineConfig(kind="vllm", model="org/m"), Supervisor())
     assert vllm.deployment.weights is None
+    # An external engine's model name is no proof of its file, even a shipped alias's.
+    (external,) = engine_endpoints(EngineConfig(kind="external", url="http://127.0.0.1:9/v1"), Supervisor())
+    assert external.deployment.weights is None
     with pytest.raises(ValidationError, match="printable ASCII"):
         EngineConfig(weights="Q4\n1")
 

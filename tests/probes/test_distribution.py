@@ -212,6 +212,7 @@ def test_a_confirmatory_round_raises_the_permutations_so_the_floor_sits_below_al
     raised = confirm_permutations(1000, 0.001, confirm=True)
     assert 1 / (raised + 1) <= 0.001 / 200
     assert confirm_permutations(500_000, 0.001, confirm=True) == 500_000
+    assert confirm_permutations(1000, 1e-9, confirm=True) == 1_000_000  # bounded whatever alpha is set to
 
 
 def test_a_fault_at_the_confirmatory_floor_passes_a_fleet_of_eight() -> None:
@@ -268,9 +269,43 @@ def test_same_weights_needs_both_declared_and_equal(weights, same) -> None:
 
 async def test_against_a_reference_of_the_same_weights_a_failure_is_the_endpoint_s_own_evidence():
     """Honest engines of one set of weights pass at alpha, so a failure there is no engine gap."""
-    result = await Distribution().run(_ctx(ToyModel("other"), reference=ToyModel(), weights=("q4_1", "Q4_1")))
+    result = await Distribution().run(_ctx(ToyModel("other"), reference=ToyModel(), weights=("q4_1", "Q4_1"),
+                                           confirm=True))
     assert result.verdict == "fail" and result.grounds == "self"
     assert result.details["same_weights"] is True
+
+
+async def test_a_scheduled_window_against_the_same_weights_stays_a_reference_disagreement():
+    """Outside a confirmatory round the same frozen pool is met again and again (its honest failure
+    rate varies with that pool around alpha): no own-grounds evidence from it."""
+    result = await Distribution().run(_ctx(ToyModel("other"), reference=ToyModel(), weights=("Q4_1", "Q4_1")))
+    assert result.verdict == "fail" and result.grounds == "reference"
+
+
+async def test_missing_usage_is_no_proof_that_the_templates_agree():
+    def no_usage(body):
+        out = ToyModel("other")(body)
+        out.pop("usage", None)
+        return out
+
+    result = await Distribution().run(_ctx(no_usage, reference=ToyModel(), weights=("Q4_1", "Q4_1"), confirm=True))
+    assert result.verdict == "fail" and result.details["template_mismatches"] == []
+    assert result.grounds == "reference"
+
+
+async def test_a_comparison_without_a_p_value_leaves_the_union_untested():
+    """The reference's plain pool keeps one answer per prompt (the others failed): that comparison
+    has no p-value, so the cut pool alone must not judge an endpoint that samples plainly."""
+
+    def plain_mostly_failing(body):
+        if "top_k" not in body and body["seed"] % 10:  # one answer of each prompt's ten
+            return unavailable(body)
+        return HeavyTail()(body)
+
+    result = await Distribution().run(_ctx(HeavyTail(), reference=plain_mostly_failing, settings=WIDER,
+                                           weights=("Q4_1", "Q4_1"), confirm=True))
+    assert [s["p_value"] is None for s in result.details["samplers"]] == [True, False]
+    assert result.verdict == "inconclusive"
 
 
 @pytest.mark.parametrize("weights", [(None, "Q4_1"), ("bf16", "Q4_1")])
@@ -286,6 +321,20 @@ async def test_a_template_mismatch_keeps_a_failure_a_reference_disagreement_what
         out["usage"]["prompt_tokens"] += 7
         return out
 
-    result = await Distribution().run(_ctx(other_template, reference=ToyModel(), weights=("Q4_1", "Q4_1")))
+    result = await Distribution().run(_ctx(other_template, reference=ToyModel(), weights=("Q4_1", "Q4_1"),
+                                           confirm=True))
     assert result.verdict == "fail" and result.details["template_mismatches"]
     assert result.grounds == "reference"
+
+
+async def test_a_reference_that_rejects_the_tail_cut_is_compared_plainly_and_only_as_a_disagreement():
+    """An upstream that refuses `top_k`/`min_p`: the cut pool is left out (the probe still runs), and
+    without the whole union a failure is no own evidence."""
+
+    def strict(body):
+        return unavailable(body) if "top_k" in body else ToyModel()(body)
+
+    honest = await Distribution().run(_ctx(ToyModel(seed=1), reference=strict, weights=("Q4_1", "Q4_1"), confirm=True))
+    assert honest.verdict == "pass" and [s["sampler"] for s in honest.details["samplers"]] == [{}]
+    swapped = await Distribution().run(_ctx(ToyModel("other"), reference=strict, weights=("Q4_1", "Q4_1"), confirm=True))
+    assert swapped.verdict == "fail" and swapped.grounds == "reference"
