@@ -10,8 +10,8 @@ the null. This script draws `--pools` independent pools from each honest engine 
 requests with other seeds) and tests each against frozen reference pools at the probe's default sizes:
 
 - the reference: llama-server as the blind drill starts it (`--jinja`, 1 thread), reached two ways:
-  as a plain OpenAI endpoint (its own sampler defaults, top-k 40 and min-p 0.05, apply) and with
-  OpenAI's sampling made explicit (`top_k` 0, `min_p` 0: what the bundled engine's adapter sends);
+  with its default cut asked for explicitly (top-k 40 and min-p 0.05, the probe's tolerated cut) and
+  with OpenAI's sampling made explicit (`top_k` 0, `min_p` 0: what the bundled engine's adapter sends);
 - honest endpoints: llama-cpp-python's `Llama` through the testbed (its own logits and sampler) and
   llama-server at `-b 8 -ub 8`, each as a plain OpenAI endpoint.
 
@@ -38,26 +38,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.calibrate_reference import llama_server  # noqa: E402
 from bench.probe_power import HttpChat  # noqa: E402
-from probes.distribution import PROMPTS, Pool, draw_pool  # noqa: E402
+from probes.distribution import PROMPTS, REFERENCE_SAMPLERS, Pool, draw_pool  # noqa: E402
 from probes.settings import DistributionSettings  # noqa: E402
 from probes.stats.mmd import mmd_test  # noqa: E402
 from probes.testbed.harness import EndpointSpec, Testbed  # noqa: E402
 from providers.engines.models import default_cache_dir, smollm2_path  # noqa: E402
 
 MODEL = "smollm2"
-OPENAI_SAMPLING = {"top_k": 0, "min_p": 0.0}
+OPENAI_SAMPLING: dict[str, Any] = {"top_k": 0, "min_p": 0.0}
 
 
-class OpenAISampling(HttpChat):
-    """llama-server sampling as OpenAI specifies: its own top-k and min-p defaults turned off."""
-
-    async def chat(self, body: dict[str, Any]) -> dict[str, Any]:
-        return await super().chat({**body, **OPENAI_SAMPLING})
-
-
-async def pool(client: HttpChat, settings: DistributionSettings, first_seed: int) -> Pool:
+async def pool(
+    client: HttpChat, settings: DistributionSettings, first_seed: int, sampler: dict[str, Any] | None = None
+) -> Pool:
     drawn, errors = await draw_pool(client, PROMPTS[: settings.prompts], settings, lambda: None,  # type: ignore[arg-type]
-                                    first_seed=first_seed)
+                                    first_seed=first_seed, sampler=sampler)
     if errors:
         raise RuntimeError(f"{errors} requests failed")
     return drawn
@@ -82,9 +77,12 @@ async def run(pools: int, seed: int) -> None:
                                          threads=1))
         async with httpx.AsyncClient(timeout=600) as http:
             started = time.monotonic()
+            # The probe's tolerated cut (llama-server's defaults) and its plain sampler, which the
+            # bundled engine's adapter asks for (`top_k` 0, `min_p` 0).
+            reference = HttpChat(http, ref_url + "/v1")
             references = {
-                "llama-server defaults": await pool(HttpChat(http, ref_url + "/v1"), settings, 0),
-                "llama-server, OpenAI sampling": await pool(OpenAISampling(http, ref_url + "/v1"), settings, 0),
+                "llama-server defaults": await pool(reference, settings, 0, dict(REFERENCE_SAMPLERS[1])),
+                "llama-server, OpenAI sampling": await pool(reference, settings, 0, OPENAI_SAMPLING),
             }
             print(f"reference pools drawn in {time.monotonic() - started:.0f} s", flush=True)
             endpoints = {"llama-cpp-python Llama": HttpChat(http, tb.base_url("honest")),

@@ -23,9 +23,9 @@ test is for its tolerated truncations. Other cuts (a provider's own top-p, say) 
 Whose grounds a failure rests on: at T=1 over sampled texts, honest engines of the same weights
 differed only by numerics the test did not see at its sizes in what was measured (bench/
 distribution_null.py: 8 honest pools against one reference draw per sampler; the honest rounds of
-bench/blind_drill.py), so where the endpoint and the reference declare
-the same weights (`DeploymentConfig.weights`) and their templates agree (equal prompt_tokens), a
-failure in a confirmatory round is the endpoint's own evidence, which can confirm a drift alarm
+bench/blind_drill.py), so where the endpoint and the reference declare the same weights
+(`DeploymentConfig.weights`) and their templates agree (equal prompt_tokens), a failure in a
+confirmatory round is the endpoint's own evidence, which can confirm a drift alarm
 against the reference (a scheduled window compares with the same frozen pool every time, so its
 failures stay reference disagreements); every pool must report prompt tokens for every prompt.
 Otherwise (weights unknown or different: a bf16 provider against a Q4_1 reference differs for real)
@@ -170,8 +170,10 @@ def _counted_everywhere(sample: Pool, references: list[Mapping[str, Any]], promp
     return all(len(p["prompt_tokens"]) == prompts for p in [sample, *references])
 
 
-def _p_or_none_last(outcome: Outcome) -> float:
-    return -1.0 if outcome.p_value is None else outcome.p_value
+def _union_outcome(outcomes: list[Outcome]) -> int:
+    """Which comparison judges the union of the samplers' nulls: one without a p-value (too few
+    answers of a prompt) leaves the union untested, else the largest p-value."""
+    return min(range(len(outcomes)), key=lambda i: (outcomes[i].p_value is not None, -(outcomes[i].p_value or 0.0)))
 
 
 class Distribution:
@@ -236,10 +238,8 @@ class Distribution:
             )
             for p in references
         ]
-        # The largest p-value: the endpoint passes when its pool matches any tolerated sampler's. A
-        # comparison that gave no p-value (too few answers of a prompt) leaves the union untested.
-        missing_p = [i for i, o in enumerate(outcomes) if o.p_value is None]
-        best = missing_p[0] if missing_p else max(range(len(outcomes)), key=lambda i: _p_or_none_last(outcomes[i]))
+        # The endpoint passes when its pool matches any tolerated sampler's.
+        best = _union_outcome(outcomes)
         verdict, outcome = judged(outcomes[best], alpha, ctx.settings.health)
         reference_pool = references[best]
         mismatches = template_mismatches(sample, dict(references[0]))
