@@ -34,6 +34,10 @@ Effect = Literal["evidence", "confirm", "suspect", "demote"]
 #              (kernels, accumulation order, templates), so alone it raises SUSPECT, never DEMOTED
 Grounds = Literal["self", "reference"]
 
+# The audit-start template check (probes.template_check): the same messages' prompt_tokens on the
+# endpoint and the reference were equal, differed, or could not be compared.
+TemplateStatus = Literal["same", "differs", "unknown"]
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -108,6 +112,8 @@ class ProbeContext:
     progress: Callable[[int, int], None] = lambda done, total: None
     # True when run as a confirmatory test (after an alarm, or to leave DEMOTED).
     confirm: bool = False
+    # What the round's template check found (None: not run, e.g. no reference or switched off).
+    template: TemplateStatus | None = None
 
 
 class Probe(Protocol):

@@ -24,10 +24,11 @@ Whose grounds a failure rests on: at T=1 over sampled texts, honest engines of t
 differed only by numerics the test did not see at its sizes in what was measured (bench/
 distribution_null.py: 8 honest pools against one reference draw per sampler; the honest rounds of
 bench/blind_drill.py), so where the endpoint and the reference declare the same weights
-(`DeploymentConfig.weights`) and their templates agree (equal prompt_tokens), a failure in a
-confirmatory round is the endpoint's own evidence, which can confirm a drift alarm
-against the reference (a scheduled window compares with the same frozen pool every time, so its
-failures stay reference disagreements); every pool must report prompt tokens for every prompt.
+(`DeploymentConfig.weights`) and their templates agree, a failure in a confirmatory round is the
+endpoint's own evidence, which can confirm a drift alarm against the reference (a scheduled window
+compares with the same frozen pool every time, so its failures stay reference disagreements).
+Templates agree when the audit-start check (probes.template_check) saw equal counts; without that
+check, when every pool reported equal prompt tokens for every prompt.
 Otherwise (weights unknown or different: a bf16 provider against a Q4_1 reference differs for real)
 it is a reference disagreement (probes.policy).
 """
@@ -42,8 +43,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from probes.base import Effect, Grounds, Outcome, ProbeContext, ProbeResult
-from probes.client import ProbeUnavailable
+from probes.client import ProbeRejected, ProbeUnavailable
 from probes.stats.mmd import mmd_test
+from probes.template_check import same_weights
 from probes.windowed import Meter, judged, result
 
 if TYPE_CHECKING:
@@ -103,7 +105,9 @@ async def draw_pool(
     *, first_seed: int = 0, sampler: Mapping[str, float] | None = None,
 ) -> tuple[Pool, int]:
     """`samples_per_prompt` completions of each prompt, sample j of prompt i with its own seed
-    `first_seed + i * samples_per_prompt + j`, with the `sampler`'s settings added to each request."""
+    `first_seed + i * samples_per_prompt + j`, with the `sampler`'s settings added to each request.
+    A request with a sampler that the upstream refuses (a 4xx) ends the draw: every other request of
+    the pool carries the same settings. The pool then says why (`refused`)."""
     texts: list[str] = []
     indices: list[int] = []
     prompt_tokens: dict[str, int] = {}
@@ -120,6 +124,12 @@ async def draw_pool(
             }
             try:
                 response = await client.chat(body)
+            except ProbeRejected as exc:
+                errors += 1
+                if sampler:
+                    step()
+                    return {"texts": texts, "prompts": indices, "prompt_tokens": prompt_tokens,
+                            "refused": str(exc)}, errors
             except ProbeUnavailable:
                 errors += 1
             else:
@@ -156,12 +166,6 @@ def confirm_permutations(configured: int, alpha: float, confirm: bool) -> int:
 
 # A bound on a confirmatory round's permutations per pool whatever confirm_alpha is set to.
 MAX_PERMUTATIONS = 1_000_000
-
-
-def same_weights(endpoint: Endpoint, reference: Endpoint) -> bool:
-    """Whether both declare the same weights (`DeploymentConfig.weights`, case-insensitive)."""
-    mine, theirs = endpoint.deployment.weights, reference.deployment.weights
-    return mine is not None and theirs is not None and mine.casefold() == theirs.casefold()
 
 
 def _counted_everywhere(sample: Pool, references: list[Mapping[str, Any]], prompts: int) -> bool:
@@ -213,10 +217,14 @@ class Distribution:
                 self, "inconclusive", Outcome(statistic=0.0, samples=len(sample["texts"])), spent, alpha,
                 comparison=comparison, pool="no reference engine: this endpoint's pool is frozen now",
             )
+        refused: list[dict[str, Any]] = []
         if ctx.reference is not None:
             for i, (sampler, key) in enumerate(zip(samplers, keys, strict=True)):
                 if pools[i] is None:
                     drawn, reference_errors = await draw_pool(ctx.reference, prompts, settings, meter.step, sampler=sampler)
+                    if "refused" in drawn:  # not frozen: a reference upgraded later gets its cut pool
+                        refused.append({"sampler": dict(sampler), "reason": drawn["refused"]})
+                        continue
                     if not reference_errors:  # only a complete pool is worth freezing
                         await ctx.baselines.put(owner, self.name, key, drawn, at=ctx.clock())
                     pools[i] = drawn
@@ -247,16 +255,20 @@ class Distribution:
         grounds: Grounds = "self"
         if ctx.reference is not None:  # see the module docstring
             weights = same_weights(ctx.endpoint, ctx.reference.endpoint)
-            counted = _counted_everywhere(sample, references, len(prompts))
+            # Rendered alike: the audit-start check saw the same counts for the same messages (one
+            # weights file, one tokenizer: the pool's counts then add nothing but what an endpoint
+            # could alter to keep its failure a disagreement); without it, the pool's own counts.
+            alike = ctx.template == "same" or (
+                _counted_everywhere(sample, references, len(prompts)) and not mismatches)
             # Own grounds only as the confirmation it is meant for: in a confirmatory round (a
             # scheduled window compares with the same frozen pool again and again).
-            grounds = "self" if ctx.confirm and complete and weights and counted and not mismatches else "reference"
+            grounds = "self" if ctx.confirm and complete and weights and alike else "reference"
         return result(
             self, verdict, outcome, spent, alpha, grounds=grounds,
             comparison=comparison, reference_frozen_now=frozen_now, same_weights=weights,
             samplers=[{"sampler": dict(s), "p_value": o.p_value, "statistic": round(o.statistic, 6)}
                       for s, o in zip(samplers, outcomes, strict=True)] if ctx.reference is not None else None,
-            template_mismatches=mismatches,
+            template_mismatches=mismatches, refused_samplers=refused or None,
             mean_chars=round(sum(map(len, sample["texts"])) / len(sample["texts"]), 1),
             reference_mean_chars=round(sum(map(len, reference_pool["texts"])) / len(reference_pool["texts"]), 1),
         )

@@ -41,9 +41,11 @@ SUITES: Mapping[str, tuple[str, ...]] = MappingProxyType(
 # with such an independent confirmation (probes.policy, "self-history first").
 # The round's usage-consistency check (probes.consistency) sends nothing itself: its alarm is
 # re-run by the probes that repeat prompts (drift where logprobs are served, distribution on any chat).
+# The template check (probes.template_check) is re-run by the runner in every confirmatory round; a
+# rendering unlike a same-weights reference's is a disagreement that fidelity can confirm.
 CONFIRMED_BY: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {"logprob_drift": ("distribution", "fidelity"), "distribution": ("fidelity",),
-     "consistency": ("logprob_drift", "distribution")}
+     "consistency": ("logprob_drift", "distribution"), "template": ("fidelity",)}
 )
 
 ProbeFactory = Callable[[], Probe]

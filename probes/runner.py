@@ -36,7 +36,7 @@ from probes.fleet import FleetLedger
 from probes.policy import Decision, decide, score_for
 from probes.registry import ProbeMissing, ProbeRegistry
 from probes.settings import ProbeSettings
-from probes.template_check import TemplateCheck
+from probes.template_check import TemplateCheck, TemplateResult
 from probes.template_check import check as check_template
 from providers.http import HTTPClient, Timeouts
 
@@ -220,8 +220,12 @@ class ProbeRunner:
         if rnd.decision.confirm and not confirm:
             names = self.registry.confirmatory(rnd.decision.confirm_for)
             emit({"event": "confirm", "endpoint": endpoint.id, "probes": names, "reason": rnd.decision.reason})
+            # A fresh template check too: a failing one is an alarm its confirmatory round re-runs.
+            template = report.template
+            if ref is not None and self.settings.template_check:
+                template = await self.check_template(endpoint, ref)
             report.rounds.append(await self._round(endpoint, names, trigger=trigger, confirm=True, emit=emit,
-                                                   template=report.template))
+                                                   template=template))
         report.state = self.health.state(endpoint.id)
         emit({"event": "finished", **report.as_json()})
         return report
@@ -252,6 +256,10 @@ class ProbeRunner:
             checked = await self._consistency(endpoint, traffic, confirm=confirm)
             if checked is not None:
                 results.append(self._report(endpoint, checked, confirm, emit))
+        ref = self.reference_for(endpoint)
+        rendered = TemplateResult().judge(template, endpoint, ref) if template is not None and ref is not None else None
+        if rendered is not None:
+            results.append(self._report(endpoint, rendered, confirm, emit))
         decision = await self._decide(endpoint, results, confirm=confirm, trigger=trigger)
         if self.fleet is not None:
             decision = await self._fleet_gate(self.fleet, endpoint, decision, results, confirm=confirm, trigger=trigger)
@@ -324,7 +332,7 @@ class ProbeRunner:
         ctx = ProbeContext(
             endpoint=endpoint, client=client, settings=self.settings, baselines=self.baselines,
             rng=np.random.default_rng(self.rng.integers(2**63)), clock=self.wall, reference=ref_client,
-            progress=progress, confirm=confirm,
+            progress=progress, confirm=confirm, template=template.status if template is not None else None,
         )
         started = time.perf_counter()
         try:

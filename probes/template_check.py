@@ -6,14 +6,21 @@ prompt: +24 tokens where a chatml format adds none). Compared with a reference t
 differently, every logprob, distribution and usage comparison would differ without any fault, so
 the runner then judges the endpoint against its own history only and says why ("template differs"),
 instead of calling the difference drift.
+
+Where the endpoint and the reference declare the same weights (`DeploymentConfig.weights`), one
+weights file carries one tokenizer and one chat template, so other counts are the endpoint rendering
+(or counting) otherwise than the model's own template: the round gets a failing `template` result, a
+reference disagreement (SUSPECT at most, until an independent test confirms it). Without that, an
+endpoint could escape every reference comparison by adding a token to its reported usage.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from probes.base import Effect, ProbeResult, TemplateStatus
 from probes.budget import BudgetExhausted
 from probes.client import ProbeUnavailable
 from probes.tasks import gather_or_cancel
@@ -25,7 +32,8 @@ MESSAGES: tuple[list[dict[str, str]], ...] = (
      {"role": "user", "content": "Give me one word that means happy."}],
 )
 
-Status = Literal["same", "differs", "unknown"]
+if TYPE_CHECKING:
+    from gateway.catalog import Endpoint
 
 
 class ChatClient(Protocol):
@@ -34,7 +42,7 @@ class ChatClient(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class TemplateCheck:
-    status: Status
+    status: TemplateStatus
     endpoint: list[int | None] = field(default_factory=list)  # reported prompt_tokens per message set
     reference: list[int | None] = field(default_factory=list)
     reason: str = ""
@@ -76,3 +84,25 @@ async def _counts(client: ChatClient) -> list[int | None]:
 async def check(endpoint: ChatClient, reference: ChatClient) -> TemplateCheck:
     mine, theirs = await gather_or_cancel(_counts(endpoint), _counts(reference))
     return compare(mine, theirs)
+
+
+def same_weights(endpoint: Endpoint, reference: Endpoint) -> bool:
+    """Whether both declare the same weights (`DeploymentConfig.weights`, case-insensitive)."""
+    mine, theirs = endpoint.deployment.weights, reference.deployment.weights
+    return mine is not None and theirs is not None and mine.casefold() == theirs.casefold()
+
+
+class TemplateResult:
+    """The check as a round's result, where it is evidence: against a reference of the same weights."""
+
+    name: ClassVar[str] = "template"
+    effect: ClassVar[Effect] = "suspect"
+
+    def judge(self, check: TemplateCheck, endpoint: Endpoint, reference: Endpoint) -> ProbeResult | None:
+        if check.status == "unknown" or not same_weights(endpoint, reference):
+            return None
+        pairs = sum(a is not None and b is not None for a, b in zip(check.endpoint, check.reference, strict=True))
+        return ProbeResult(
+            self.name, "fail" if check.status == "differs" else "pass", pairs, effect=self.effect,
+            grounds="reference", details={**check.as_json(), "weights": endpoint.deployment.weights},
+        )

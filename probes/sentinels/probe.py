@@ -20,6 +20,7 @@ from probes.sentinels import loops, needle, usage
 from probes.sentinels.sampling import Sampler, answer_text
 from probes.sentinels.settings import SentinelSettings
 from probes.tasks import gather_or_cancel
+from probes.template_check import same_weights
 
 if TYPE_CHECKING:
     from gateway.catalog import Endpoint
@@ -32,6 +33,13 @@ SUSPECT_FINDINGS = {
 }
 # Findings that only say "not equal to the reference" (a failure of those alone is reference-grounded).
 REFERENCE_FINDINGS = {"usage_comparison:mismatch"}
+
+
+def _renders_alike(ctx: ProbeContext) -> bool:
+    """Counts unequal to the reference's alone: another engine's template can do that, unless both
+    serve the same weights (one tokenizer) and the audit-start check saw them render alike."""
+    return (ctx.template == "same" and ctx.reference is not None
+            and same_weights(ctx.endpoint, ctx.reference.endpoint))
 
 
 class SentinelsProbe:
@@ -98,11 +106,8 @@ class SentinelsProbe:
             effect=effect,
             requests=mine.requests,
             errors=mine.errors,
-            # Counts unequal to the reference's alone: another engine's template can do that.
-            grounds="reference"
-            if ref is not None and verdict == "fail" and not truncation and findings
-            and set(findings) <= REFERENCE_FINDINGS
-            else "self",
+            grounds="reference" if ref is not None and verdict == "fail" and not truncation and findings
+            and set(findings) <= REFERENCE_FINDINGS and not _renders_alike(ctx) else "self",
             details={
                 "findings": findings,
                 "truncation": truncation,

@@ -5,8 +5,10 @@ import pytest
 
 from probes.base import ProbeContext
 from probes.baselines import MemoryBaselines
-from probes.distribution import PROMPTS, REFERENCE_SAMPLERS, Distribution, confirm_permutations, pool_key, same_weights
+from probes.client import ProbeRejected
+from probes.distribution import PROMPTS, REFERENCE_SAMPLERS, Distribution, confirm_permutations, pool_key
 from probes.settings import DistributionSettings, ProbeSettings
+from probes.template_check import same_weights
 from probes.testbed.harness import EndpointSpec, Testbed
 from tests.fakes.catalog import make_endpoint
 from tests.probes.fakes import FakeProbeClient, ToyModel, chat_json, live_clients, unavailable
@@ -14,7 +16,8 @@ from tests.probes.fakes import FakeProbeClient, ToyModel, chat_json, live_client
 SETTINGS = ProbeSettings(distribution=DistributionSettings(prompts=5, samples_per_prompt=6, max_tokens=8, permutations=300))
 
 
-def _ctx(model, *, reference=None, baselines=None, confirm=False, seed=0, settings=SETTINGS, weights=(None, None)):
+def _ctx(model, *, reference=None, baselines=None, confirm=False, seed=0, settings=SETTINGS, weights=(None, None),
+         template=None):
     endpoint = make_endpoint("prov/m", weights=weights[0])
     ref = FakeProbeClient(make_endpoint("local/m", weights=weights[1]), reference) if reference is not None else None
     return ProbeContext(
@@ -26,6 +29,7 @@ def _ctx(model, *, reference=None, baselines=None, confirm=False, seed=0, settin
         clock=lambda: 1_000.0,
         reference=ref,
         confirm=confirm,
+        template=template,
     )
 
 
@@ -327,6 +331,30 @@ async def test_a_template_mismatch_keeps_a_failure_a_reference_disagreement_what
     assert result.grounds == "reference"
 
 
+def _counts_one_prompt_otherwise(body):
+    """A substitute that reports another count for one prompt (or none), to keep its failure a disagreement."""
+    out = ToyModel("other")(body)
+    if PROMPTS[0] in body["messages"][-1]["content"]:
+        out["usage"]["prompt_tokens"] += 1
+    if PROMPTS[1] in body["messages"][-1]["content"]:
+        out.pop("usage")
+    return out
+
+
+async def test_counts_that_disagree_after_the_template_check_found_the_same_rendering_shield_nothing():
+    """The audit-start check saw the endpoint render the reference's way, and one weights file has one
+    tokenizer: other counts for some of the pool's prompts are the endpoint's usage, not its template."""
+    result = await Distribution().run(_ctx(_counts_one_prompt_otherwise, reference=ToyModel(),
+                                           weights=("Q4_1", "Q4_1"), confirm=True, template="same"))
+    assert result.verdict == "fail" and result.grounds == "self"
+    assert result.details["template_mismatches"] == [0]
+    # Without the check (off, or it saw no counts) the pool's own counts are all there is.
+    for template in (None, "unknown"):
+        unchecked = await Distribution().run(_ctx(_counts_one_prompt_otherwise, reference=ToyModel(),
+                                                  weights=("Q4_1", "Q4_1"), confirm=True, template=template))
+        assert unchecked.verdict == "fail" and unchecked.grounds == "reference"
+
+
 async def test_a_reference_that_rejects_the_tail_cut_is_compared_plainly_and_only_as_a_disagreement():
     """An upstream that refuses `top_k`/`min_p`: the cut pool is left out (the probe still runs), and
     without the whole union a failure is no own evidence."""
@@ -338,3 +366,20 @@ async def test_a_reference_that_rejects_the_tail_cut_is_compared_plainly_and_onl
     assert honest.verdict == "pass" and [s["sampler"] for s in honest.details["samplers"]] == [{}]
     swapped = await Distribution().run(_ctx(ToyModel("other"), reference=strict, weights=("Q4_1", "Q4_1"), confirm=True))
     assert swapped.verdict == "fail" and swapped.grounds == "reference"
+
+
+async def test_a_sampler_the_reference_refuses_costs_one_request_a_run():
+    """A 4xx for `top_k`/`min_p` is the upstream's answer to every request of that pool: the draw
+    stops at the first one (it used to send the whole pool, every run, since nothing is frozen)."""
+
+    def refuses_top_k(body):
+        return ProbeRejected("top_k is not supported", status=400) if "top_k" in body else ToyModel()(body)
+
+    baselines = MemoryBaselines()
+    for run in range(2):
+        ctx = _ctx(ToyModel(seed=1), reference=refuses_top_k, baselines=baselines, seed=run)
+        result = await Distribution().run(ctx)
+        cut = [b for b in ctx.reference.bodies if "top_k" in b]
+        assert len(cut) == 1 and result.verdict == "pass"
+        assert [s["sampler"] for s in result.details["samplers"]] == [{}]
+        assert "top_k is not supported" in result.details["refused_samplers"][0]["reason"]

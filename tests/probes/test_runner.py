@@ -297,6 +297,54 @@ async def test_a_reference_that_renders_prompts_differently_is_not_compared_with
         assert details["reference"] is None and "template differs" in details["reference_skipped"]
 
 
+# Both declare the shipped GGUF: one tokenizer, one chat template.
+A_Q4 = make_endpoint("prov-a/m", "m", provider="prov-a", weights="Q4_1")
+LOCAL_Q4 = replace(make_endpoint("local-0", "m", provider="local", weights="q4_1"), region="local")
+
+
+async def test_rendering_unlike_a_reference_of_the_same_weights_makes_the_endpoint_suspect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same weights file carries one tokenizer and one template, so other prompt_tokens for the same
+    messages are the endpoint's rendering (or its usage) departing from the model's: a failing
+    `template` check, a reference disagreement (SUSPECT, re-checked in the confirmatory round, never
+    demoting alone). Without it an endpoint that adds a token to its counts escaped every reference
+    comparison and stayed HEALTHY."""
+    monkeypatch.setitem(TEMPLATE_EXTRA, A_Q4.id, 1)
+    script = Script()
+    persistence = FakeRuns()
+    runner, health, _ = make_runner(script, A_Q4, LOCAL_Q4, persistence=persistence)
+    report = await runner.run(A_Q4.id, ["logprob_drift"], trigger="manual")
+    checks = [[r for r in rnd.results if r.probe == "template"] for rnd in report.rounds]
+    assert [rnd.confirm for rnd in report.rounds] == [False, True]
+    assert [[(r.verdict, r.grounds, r.effect) for r in c] for c in checks] == [[("fail", "reference", "suspect")]] * 2
+    assert "template differs" in checks[0][0].details["reason"]  # type: ignore[index]
+    # Fidelity (the endpoint against itself) confirms a template alarm; it passed here.
+    assert [(name, ctx.confirm) for name, ctx in script.seen] == [("logprob_drift", False), ("fidelity", True)]
+    assert health.state(A_Q4.id) == "suspect"
+    assert "reference disagreement alone" in report.rounds[1].decision.reason
+    script.verdicts["fidelity"] = ["fail"]
+    await runner.run(A_Q4.id, ["logprob_drift"], trigger="manual")
+    assert health.state(A_Q4.id) == "demoted"
+    assert "confirmed independently by fidelity fail" in persistence.transitions[-1].reason
+
+
+async def test_the_template_check_of_same_weights_passes_when_counts_agree_and_says_nothing_without_weights(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    script = Script()
+    runner, health, _ = make_runner(script, A_Q4, LOCAL_Q4)
+    report = await runner.run(A_Q4.id, ["fidelity"])
+    assert [(r.probe, r.verdict) for r in report.rounds[0].results] == [("fidelity", "pass"), ("template", "pass")]
+    assert script.seen[-1][1].template == "same"
+    # Weights unknown: another template may be the provider's own right; judged on its history alone.
+    monkeypatch.setitem(TEMPLATE_EXTRA, A.id, 24)
+    runner, health, _ = make_runner(script, A, LOCAL)
+    report = await runner.run(A.id, ["fidelity"])
+    assert [r.probe for r in report.rounds[0].results] == ["fidelity"] and health.state(A.id) == "healthy"
+    assert script.seen[-1][1].template == "differs"
+
+
 async def test_demoting_the_last_endpoint_of_a_model_warns_loudly(caplog: pytest.LogCaptureFixture) -> None:
     script = Script({"fidelity": ["fail"]})
     runner, health, _ = make_runner(script, A, B)

@@ -23,13 +23,13 @@ def counter():
     return TokenCounter()
 
 
-def endpoint(name):
-    ep = make_endpoint(f"{name}/m")
+def endpoint(name, weights=None):
+    ep = make_endpoint(f"{name}/m", weights=weights)
     return dataclasses.replace(ep, deployment=ep.deployment.model_copy(update={"context_window": WINDOW}))
 
 
-def context(model, reference=None, baselines=None, seed=0):
-    ep = endpoint("p")
+def context(model, reference=None, baselines=None, seed=0, weights=None, template=None):
+    ep = endpoint("p", weights)
     return ProbeContext(
         endpoint=ep,
         client=FakeProbeClient(ep, model),
@@ -37,7 +37,8 @@ def context(model, reference=None, baselines=None, seed=0):
         baselines=baselines or MemoryBaselines(),
         rng=np.random.default_rng(seed),
         clock=FakeClock(),
-        reference=FakeProbeClient(endpoint("ref"), reference) if reference else None,
+        reference=FakeProbeClient(endpoint("ref", weights), reference) if reference else None,
+        template=template,
     )
 
 
@@ -114,6 +115,17 @@ async def test_counts_off_the_reference_make_the_endpoint_suspect(counter):
     assert result.details["findings"] == ["usage_comparison:mismatch"]
     # Unequal to the reference's counts alone: another template can do that, so it never demotes alone.
     assert result.grounds == "reference"
+
+
+async def test_counts_off_a_same_weights_reference_that_renders_alike_are_the_endpoint_s_own(counter):
+    """One weights file, one tokenizer; the audit-start check saw the same rendering of the same
+    messages: other counts of the sentinel's prompts are the endpoint's usage reporting (billing)."""
+    lm = FakeLM(counter=counter, overhead=12)
+    result = await probe(counter).run(context(lm, FakeLM(counter=counter), weights="Q4_1", template="same"))
+    assert result.details["findings"] == ["usage_comparison:mismatch"] and result.grounds == "self"
+    for weights, template in (("Q4_1", None), (None, "same")):
+        other = await probe(counter).run(context(lm, FakeLM(counter=counter), weights=weights, template=template))
+        assert other.verdict == "fail" and other.grounds == "reference"
 
 
 async def test_no_usage_still_runs_the_needle_and_loop_checks(counter):
