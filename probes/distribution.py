@@ -1,8 +1,9 @@
 """Distribution test (MET): sampled completions of fixed prompts compared with the reference
 engine's by MMD with a Hamming kernel, permutations stratified by prompt.
 
-The reference pool is drawn once per (reference endpoint, settings) and frozen in the baseline
-store. Without a reference, the endpoint's first pool is frozen and later runs compare against it.
+The reference pool is drawn once per (reference endpoint, settings, the reference's prompt_tokens
+for the first prompt: one request a run) and frozen in the baseline store, so a reference whose
+template changed since gets a new pool instead of one rendered the old way. Without a reference, the endpoint's first pool is frozen and later runs compare against it.
 
 Seeds: every request of a pool has its own seed (the reference's 0..N-1). One seed per sample index
 shared by all prompts couples the prompts' samples on any engine that turns a seed into the same
@@ -93,21 +94,40 @@ SEED_LAYOUT = "per-request"
 REFERENCE_SAMPLERS: tuple[Mapping[str, float], ...] = ({}, {"top_k": 40, "min_p": 0.05})
 
 
-def pool_key(settings: DistributionSettings, prompts: tuple[str, ...], sampler: Mapping[str, float] | None = None) -> str:
+def pool_key(
+    settings: DistributionSettings, prompts: tuple[str, ...], sampler: Mapping[str, float] | None = None,
+    rendering: int | None = None,
+) -> str:
+    """The frozen pool's key: its settings, and (`rendering`) the reference's count of the first
+    prompt when it was drawn, so a reference whose template changed since gets a new pool."""
     spec: list[Any] = [prompts, settings.samples_per_prompt, settings.temperature, settings.max_tokens, SEED_LAYOUT]
     if sampler:
         spec.append(sorted(sampler.items()))
+    if rendering is not None:
+        spec.append({"rendering": rendering})
     return "pool:" + hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
+
+
+async def rendering(reference: ProbeClient, prompt: str) -> int | None:
+    """The reference's prompt_tokens for `prompt` now (one token of answer); None without a count."""
+    try:
+        answer = await reference.chat({"messages": [{"role": "user", "content": prompt}], "max_tokens": 1,
+                                       "temperature": 0})
+    except ProbeUnavailable:
+        return None
+    value = (answer.get("usage") or {}).get("prompt_tokens")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 async def draw_pool(
     client: ProbeClient, prompts: tuple[str, ...], settings: DistributionSettings, step: Callable[[], None],
-    *, first_seed: int = 0, sampler: Mapping[str, float] | None = None,
+    *, first_seed: int = 0, sampler: Mapping[str, float] | None = None, stop_on_refusal: bool = False,
 ) -> tuple[Pool, int]:
     """`samples_per_prompt` completions of each prompt, sample j of prompt i with its own seed
     `first_seed + i * samples_per_prompt + j`, with the `sampler`'s settings added to each request.
-    A request with a sampler that the upstream refuses (a 4xx) ends the draw: every other request of
-    the pool carries the same settings. The pool then says why (`refused`)."""
+    With `stop_on_refusal` (the caller knows the upstream answers the first prompt without the
+    sampler), a 4xx to the very first request ends the draw: the upstream refuses the sampler, and
+    every other request carries it too. The pool then says why (`refused`)."""
     texts: list[str] = []
     indices: list[int] = []
     prompt_tokens: dict[str, int] = {}
@@ -126,10 +146,9 @@ async def draw_pool(
                 response = await client.chat(body)
             except ProbeRejected as exc:
                 errors += 1
-                if sampler:
+                if sampler and stop_on_refusal and i == j == 0:
                     step()
-                    return {"texts": texts, "prompts": indices, "prompt_tokens": prompt_tokens,
-                            "refused": str(exc)}, errors
+                    return {"texts": [], "prompts": [], "prompt_tokens": {}, "refused": str(exc)}, errors
             except ProbeUnavailable:
                 errors += 1
             else:
@@ -198,7 +217,8 @@ class Distribution:
         # endpoint's own first pool.
         samplers = REFERENCE_SAMPLERS if ctx.reference is not None else ({},)
         owner = ctx.reference.endpoint_id if ctx.reference is not None else ctx.endpoint.id
-        keys = [pool_key(settings, prompts, s) for s in samplers]
+        rendered = await rendering(ctx.reference, prompts[0]) if ctx.reference is not None else None
+        keys = [pool_key(settings, prompts, s, rendered) for s in samplers]
         pools: list[Mapping[str, Any] | None] = [await ctx.baselines.get(owner, self.name, k) for k in keys]
         missing = sum(p is None for p in pools) if ctx.reference is not None else 0
         meter = Meter(ctx, per_side * (1 + missing))
@@ -221,7 +241,10 @@ class Distribution:
         if ctx.reference is not None:
             for i, (sampler, key) in enumerate(zip(samplers, keys, strict=True)):
                 if pools[i] is None:
-                    drawn, reference_errors = await draw_pool(ctx.reference, prompts, settings, meter.step, sampler=sampler)
+                    plain = pools[0]  # drawn first: does the reference answer the first prompt at all?
+                    answers_first = plain is not None and 0 in plain["prompts"]
+                    drawn, reference_errors = await draw_pool(ctx.reference, prompts, settings, meter.step,
+                                                              sampler=sampler, stop_on_refusal=answers_first)
                     if "refused" in drawn:  # not frozen: a reference upgraded later gets its cut pool
                         refused.append({"sampler": dict(sampler), "reason": drawn["refused"]})
                         continue
@@ -268,7 +291,7 @@ class Distribution:
             comparison=comparison, reference_frozen_now=frozen_now, same_weights=weights,
             samplers=[{"sampler": dict(s), "p_value": o.p_value, "statistic": round(o.statistic, 6)}
                       for s, o in zip(samplers, outcomes, strict=True)] if ctx.reference is not None else None,
-            template_mismatches=mismatches, refused_samplers=refused or None,
+            template_mismatches=mismatches, refused_samplers=refused or None, reference_rendering=rendered,
             mean_chars=round(sum(map(len, sample["texts"])) / len(sample["texts"]), 1),
             reference_mean_chars=round(sum(map(len, reference_pool["texts"])) / len(reference_pool["texts"]), 1),
         )

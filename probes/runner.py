@@ -215,17 +215,28 @@ class ProbeRunner:
             emit({"event": "template", "endpoint": endpoint.id, "reference": ref.id, **report.template.as_json()})
             if report.template.status == "differs":
                 log.warning("probes: %s: %s", endpoint.id, report.template.reason)
-        rnd = await self._round(endpoint, probes, trigger=trigger, confirm=confirm, emit=emit, template=report.template)
+        judge = TemplateResult().judge
+        rendered = judge(report.template, endpoint, ref) if report.template is not None and ref is not None else None
+        rnd = await self._round(endpoint, probes, trigger=trigger, confirm=confirm, emit=emit, template=report.template,
+                                rendered=rendered)
         report.rounds.append(rnd)
         if rnd.decision.confirm and not confirm:
             names = self.registry.confirmatory(rnd.decision.confirm_for)
             emit({"event": "confirm", "endpoint": endpoint.id, "probes": names, "reason": rnd.decision.reason})
-            # A fresh template check too: a failing one is an alarm its confirmatory round re-runs.
-            template = report.template
-            if ref is not None and self.settings.template_check:
-                template = await self.check_template(endpoint, ref)
+            rendered = None
+            if report.template is not None and ref is not None:
+                # A fresh check as the round's result (a template alarm's re-run). The audit-start
+                # check still decides whether the probes compare with the reference, and it stands
+                # where the fresh one got no answer (else a 503 to two requests clears an alarm).
+                alarmed = "template" in rnd.decision.confirm_for
+                again = await self.check_template(endpoint, ref)
+                emit({"event": "template", "endpoint": endpoint.id, "reference": ref.id, "confirm": True,
+                      **again.as_json()})
+                rendered = judge(again, endpoint, ref, rerun=alarmed)
+                if again.status == "unknown" and (rendered is None or rendered.verdict == "error"):
+                    rendered = judge(report.template, endpoint, ref, rerun=alarmed)
             report.rounds.append(await self._round(endpoint, names, trigger=trigger, confirm=True, emit=emit,
-                                                   template=template))
+                                                   template=report.template, rendered=rendered))
         report.state = self.health.state(endpoint.id)
         emit({"event": "finished", **report.as_json()})
         return report
@@ -240,8 +251,9 @@ class ProbeRunner:
 
     async def _round(
         self, endpoint: Endpoint, probes: Sequence[str], *, trigger: str, confirm: bool, emit: Emit,
-        template: TemplateCheck | None = None,
+        template: TemplateCheck | None = None, rendered: ProbeResult | None = None,
     ) -> RoundReport:
+        """One round: the probes, the usage-consistency check and the template result (`rendered`)."""
         suite = ",".join(probes) + (" (confirm)" if confirm else "")
         at = self.wall()
         run_id = await self._db("start_run", lambda db: db.start_run(endpoint.id, suite, at=at, trigger=trigger))
@@ -256,8 +268,6 @@ class ProbeRunner:
             checked = await self._consistency(endpoint, traffic, confirm=confirm)
             if checked is not None:
                 results.append(self._report(endpoint, checked, confirm, emit))
-        ref = self.reference_for(endpoint)
-        rendered = TemplateResult().judge(template, endpoint, ref) if template is not None and ref is not None else None
         if rendered is not None:
             results.append(self._report(endpoint, rendered, confirm, emit))
         decision = await self._decide(endpoint, results, confirm=confirm, trigger=trigger)

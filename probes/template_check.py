@@ -7,17 +7,21 @@ differently, every logprob, distribution and usage comparison would differ witho
 the runner then judges the endpoint against its own history only and says why ("template differs"),
 instead of calling the difference drift.
 
-Where the endpoint and the reference declare the same weights (`DeploymentConfig.weights`), one
-weights file carries one tokenizer and one chat template, so other counts are the endpoint rendering
-(or counting) otherwise than the model's own template: the round gets a failing `template` result, a
-reference disagreement (SUSPECT at most, until an independent test confirms it). Without that, an
-endpoint could escape every reference comparison by adding a token to its reported usage.
+Where the endpoint and the reference declare the same weights (`DeploymentConfig.weights`: a GGUF
+carries its tokenizer and chat template, so declaring one asserts both), other counts are the
+endpoint rendering (or counting) otherwise than the model's own template, and answers without counts
+where the reference reports them leave its rendering unchecked: either is a failing `template`
+result, a reference disagreement (SUSPECT, never demoted on it alone, until an independent test
+confirms it). Without that, altering or leaving out reported usage bought an endpoint its way out of
+every reference comparison for free. A passing check is no quality evidence (it says nothing about
+what the model writes), except as the re-run of a template alarm. Not answering the check at all is
+an availability error.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from probes.base import Effect, ProbeResult, TemplateStatus
@@ -46,10 +50,12 @@ class TemplateCheck:
     endpoint: list[int | None] = field(default_factory=list)  # reported prompt_tokens per message set
     reference: list[int | None] = field(default_factory=list)
     reason: str = ""
+    endpoint_errors: int = 0  # message sets the endpoint did not answer at all
 
     def as_json(self) -> dict[str, Any]:
         return {"status": self.status, "endpoint_prompt_tokens": self.endpoint,
-                "reference_prompt_tokens": self.reference, "reason": self.reason}
+                "reference_prompt_tokens": self.reference, "reason": self.reason,
+                "endpoint_errors": self.endpoint_errors}
 
 
 def compare(endpoint: Sequence[int | None], reference: Sequence[int | None]) -> TemplateCheck:
@@ -68,22 +74,25 @@ def compare(endpoint: Sequence[int | None], reference: Sequence[int | None]) -> 
     )
 
 
-async def _counts(client: ChatClient) -> list[int | None]:
+async def _counts(client: ChatClient) -> tuple[list[int | None], int]:
+    """Reported prompt_tokens per message set, and how many sets got no answer at all."""
     out: list[int | None] = []
+    errors = 0
     for messages in MESSAGES:
         try:
             answer = await client.chat({"messages": messages, "max_tokens": 1, "temperature": 0})
         except (ProbeUnavailable, BudgetExhausted):
             out.append(None)
+            errors += 1
             continue
         value = (answer.get("usage") or {}).get("prompt_tokens")
         out.append(int(value) if isinstance(value, int | float) and value > 0 else None)
-    return out
+    return out, errors
 
 
 async def check(endpoint: ChatClient, reference: ChatClient) -> TemplateCheck:
-    mine, theirs = await gather_or_cancel(_counts(endpoint), _counts(reference))
-    return compare(mine, theirs)
+    (mine, errors), (theirs, _) = await gather_or_cancel(_counts(endpoint), _counts(reference))
+    return replace(compare(mine, theirs), endpoint_errors=errors)
 
 
 def same_weights(endpoint: Endpoint, reference: Endpoint) -> bool:
@@ -98,11 +107,25 @@ class TemplateResult:
     name: ClassVar[str] = "template"
     effect: ClassVar[Effect] = "suspect"
 
-    def judge(self, check: TemplateCheck, endpoint: Endpoint, reference: Endpoint) -> ProbeResult | None:
-        if check.status == "unknown" or not same_weights(endpoint, reference):
+    def judge(
+        self, check: TemplateCheck, endpoint: Endpoint, reference: Endpoint, *, rerun: bool = False
+    ) -> ProbeResult | None:
+        """A fail where the endpoint renders otherwise or answered without counts the reference gave;
+        an error where it did not answer; a pass only as the re-run of a template alarm (`rerun`)."""
+        if not same_weights(endpoint, reference):
             return None
+        details = {**check.as_json(), "weights": endpoint.deployment.weights}
         pairs = sum(a is not None and b is not None for a, b in zip(check.endpoint, check.reference, strict=True))
-        return ProbeResult(
-            self.name, "fail" if check.status == "differs" else "pass", pairs, effect=self.effect,
-            grounds="reference", details={**check.as_json(), "weights": endpoint.deployment.weights},
-        )
+        uncounted = [i for i, (a, b) in enumerate(zip(check.endpoint, check.reference, strict=True))
+                     if a is None and b is not None]
+        if check.status == "differs" or (len(uncounted) > check.endpoint_errors and pairs == 0):
+            if check.status != "differs":
+                details["reason"] = (f"the endpoint reports no prompt_tokens where the reference reports "
+                                     f"{check.reference}: its rendering of the model's template cannot be checked")
+            return ProbeResult(self.name, "fail", pairs, effect=self.effect, grounds="reference", details=details)
+        if check.endpoint_errors:
+            return ProbeResult(self.name, "error", pairs, effect=self.effect, errors=check.endpoint_errors,
+                               details={**details, "error": f"{check.endpoint_errors} template-check requests failed"})
+        if check.status == "same" and rerun:
+            return ProbeResult(self.name, "pass", pairs, effect=self.effect, grounds="reference", details=details)
+        return None

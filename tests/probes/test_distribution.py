@@ -49,7 +49,8 @@ async def test_requests_use_the_settings_and_a_seed_each():
     assert {b["max_tokens"] for b in bodies} == {8}
     assert not any("top_k" in b or "min_p" in b for b in bodies)
     assert bodies[6]["messages"][0]["content"] == PROMPTS[1]
-    reference = ctx.reference.bodies
+    rendering, *reference = ctx.reference.bodies
+    assert rendering["max_tokens"] == 1 and rendering["messages"][0]["content"] == PROMPTS[0]
     assert [b["seed"] for b in reference] == list(range(30)) * len(REFERENCE_SAMPLERS)
     assert [(b.get("top_k"), b.get("min_p")) for b in reference[::30]] == [(None, None), (40, 0.05)]
     seeds = [b["seed"] for b in bodies]
@@ -68,7 +69,7 @@ class OffsetSeeds(ToyModel):
         self.offset = offset
 
     def __call__(self, body):
-        return super().__call__({**body, "seed": body["seed"] + self.offset})
+        return super().__call__({**body, "seed": body["seed"] + self.offset} if "seed" in body else body)
 
 
 async def test_honest_engines_that_map_seeds_their_own_way_pass_at_about_alpha():
@@ -92,12 +93,16 @@ async def test_honest_endpoint_passes_and_the_reference_pool_is_drawn_once():
     assert result.verdict == "pass"
     assert result.details["comparison"] == "reference"
     assert result.details["reference_frozen_now"] is True
-    assert first.reference.requests == 30 * len(REFERENCE_SAMPLERS)
+    # One request for the reference's rendering of the first prompt, then a pool per sampler.
+    assert first.reference.requests == 1 + 30 * len(REFERENCE_SAMPLERS)
+    rendered = result.details["reference_rendering"]
+    assert rendered == ToyModel()(first.reference.bodies[0])["usage"]["prompt_tokens"]
     for sampler in REFERENCE_SAMPLERS:
-        assert await baselines.get("local/m", "distribution", pool_key(SETTINGS.distribution, PROMPTS[:5], sampler))
+        assert await baselines.get("local/m", "distribution",
+                                   pool_key(SETTINGS.distribution, PROMPTS[:5], sampler, rendered))
     second = _ctx(ToyModel(seed=3), reference=ToyModel(), baselines=baselines)
     again = await Distribution().run(second)
-    assert second.reference.requests == 0
+    assert second.reference.requests == 1
     assert again.verdict == "pass"
     assert again.details["reference_frozen_now"] is False
 
@@ -150,15 +155,17 @@ async def test_a_reference_pool_with_errors_is_used_but_not_frozen():
 
     def flaky(body):
         calls["n"] += 1
-        return unavailable(body) if calls["n"] == 1 else model(body)
+        return unavailable(body) if calls["n"] == 2 else model(body)  # the plain pool's first request
 
     baselines = MemoryBaselines()
     result = await Distribution().run(_ctx(ToyModel(), reference=flaky, baselines=baselines))
     assert result.verdict == "pass"
     assert [s["p_value"] is not None for s in result.details["samplers"]] == [True, True]
-    assert await baselines.get("local/m", "distribution", pool_key(SETTINGS.distribution, PROMPTS[:5])) is None
+    rendered = result.details["reference_rendering"]
+    assert await baselines.get("local/m", "distribution", pool_key(SETTINGS.distribution, PROMPTS[:5], None, rendered)) is None
     # The other sampler's pool was complete: frozen.
-    assert await baselines.get("local/m", "distribution", pool_key(SETTINGS.distribution, PROMPTS[:5], REFERENCE_SAMPLERS[1]))
+    assert await baselines.get("local/m", "distribution",
+                               pool_key(SETTINGS.distribution, PROMPTS[:5], REFERENCE_SAMPLERS[1], rendered))
 
 
 async def test_empty_answers_are_compared_as_empty_text():
@@ -302,7 +309,7 @@ async def test_a_comparison_without_a_p_value_leaves_the_union_untested():
     has no p-value, so the cut pool alone must not judge an endpoint that samples plainly."""
 
     def plain_mostly_failing(body):
-        if "top_k" not in body and body["seed"] % 10:  # one answer of each prompt's ten
+        if "top_k" not in body and body.get("seed", 0) % 10:  # one answer of each prompt's ten
             return unavailable(body)
         return HeavyTail()(body)
 
@@ -383,3 +390,36 @@ async def test_a_sampler_the_reference_refuses_costs_one_request_a_run():
         assert len(cut) == 1 and result.verdict == "pass"
         assert [s["sampler"] for s in result.details["samplers"]] == [{}]
         assert "top_k is not supported" in result.details["refused_samplers"][0]["reason"]
+
+
+async def test_a_reference_whose_template_changed_gets_a_new_pool_not_the_old_rendering():
+    """Pools frozen while the reference's template added a default system prompt (+24 tokens, and
+    other answers); the reference renders otherwise now and the endpoint as it does: the old pool
+    would fail this honest endpoint on its own grounds (the template check sees "same" today)."""
+
+    def old_template(body):
+        out = ToyModel("old-template")(body)
+        out["usage"]["prompt_tokens"] += 24
+        return out
+
+    baselines = MemoryBaselines()
+    weights = ("Q4_1", "Q4_1")
+    await Distribution().run(_ctx(ToyModel(), reference=old_template, baselines=baselines, weights=weights))
+    ctx = _ctx(ToyModel(seed=1), reference=ToyModel(), baselines=baselines, weights=weights, confirm=True,
+               template="same")
+    result = await Distribution().run(ctx)
+    assert result.details["reference_frozen_now"] is True and result.verdict == "pass"
+    assert ctx.reference.requests == 1 + 30 * len(REFERENCE_SAMPLERS)
+
+
+async def test_a_prompt_the_reference_refuses_whatever_the_sampler_is_no_refused_sampler():
+    """A 4xx for one prompt (a content filter) says nothing about `top_k`: the cut pool is drawn."""
+
+    def filters_one_prompt(body):
+        if PROMPTS[0] in body["messages"][-1]["content"] or PROMPTS[3] in body["messages"][-1]["content"]:
+            return ProbeRejected("content_filter: flagged", status=400)
+        return ToyModel()(body)
+
+    result = await Distribution().run(_ctx(ToyModel(), reference=filters_one_prompt))
+    assert result.details["refused_samplers"] is None
+    assert [s["sampler"] for s in result.details["samplers"]] == [dict(s) for s in REFERENCE_SAMPLERS]

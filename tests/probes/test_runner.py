@@ -26,6 +26,7 @@ from probes.prompt_identity import fingerprint
 from probes.registry import ProbeRegistry
 from probes.runner import ProbeRunner
 from probes.settings import HealthSettings, ProbeSettings
+from probes.template_check import MESSAGES as TEMPLATE_MESSAGES
 from tests.fakes.catalog import make_catalog, make_endpoint
 from tests.fakes.clock import FakeClock
 
@@ -329,13 +330,15 @@ async def test_rendering_unlike_a_reference_of_the_same_weights_makes_the_endpoi
     assert "confirmed independently by fidelity fail" in persistence.transitions[-1].reason
 
 
-async def test_the_template_check_of_same_weights_passes_when_counts_agree_and_says_nothing_without_weights(
+async def test_a_check_that_finds_the_same_rendering_is_no_evidence_and_unknown_weights_get_none(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """A passing check says nothing of what the model writes: no result (it would count as quality
+    evidence and clear alarms or count clean rounds while every probe errors)."""
     script = Script()
     runner, health, _ = make_runner(script, A_Q4, LOCAL_Q4)
     report = await runner.run(A_Q4.id, ["fidelity"])
-    assert [(r.probe, r.verdict) for r in report.rounds[0].results] == [("fidelity", "pass"), ("template", "pass")]
+    assert [(r.probe, r.verdict) for r in report.rounds[0].results] == [("fidelity", "pass")]
     assert script.seen[-1][1].template == "same"
     # Weights unknown: another template may be the provider's own right; judged on its history alone.
     monkeypatch.setitem(TEMPLATE_EXTRA, A.id, 24)
@@ -343,6 +346,131 @@ async def test_the_template_check_of_same_weights_passes_when_counts_agree_and_s
     report = await runner.run(A.id, ["fidelity"])
     assert [r.probe for r in report.rounds[0].results] == ["fidelity"] and health.state(A.id) == "healthy"
     assert script.seen[-1][1].template == "differs"
+
+
+DOWN = ProbeUnavailable("upstream 503")
+
+
+async def test_rounds_whose_probes_all_error_neither_clear_an_alarm_nor_count_as_clean() -> None:
+    script = Script({"logprob_drift": ["fail", DOWN], "distribution": [DOWN], "fidelity": [DOWN]})
+    runner, health, _ = make_runner(script, A_Q4, LOCAL_Q4)
+    await runner.run(A_Q4.id, ["logprob_drift"], trigger="manual")
+    assert health.state(A_Q4.id) == "suspect"
+    script.verdicts = {"logprob_drift": ["fail"], "distribution": ["fail"]}
+    await runner.run(A_Q4.id, ["logprob_drift"], trigger="manual")
+    assert health.state(A_Q4.id) == "demoted"
+    script.verdicts = {"logprob_drift": [DOWN], "distribution": [DOWN], "fidelity": [DOWN]}
+    for _ in range(3):
+        await runner.run(A_Q4.id, ["logprob_drift", "distribution", "fidelity"])
+    assert health.state(A_Q4.id) == "demoted"
+
+
+class CheckAnswers(FakeClient):
+    """The endpoint answers the template check's fixed messages its own way (`mode`), from the
+    `after`-th of them on; everything else as FakeClient."""
+
+    mode = ""
+    after = 0
+    seen = 0
+
+    async def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        mine = self.endpoint.id == A_Q4.id and body["messages"] in list(TEMPLATE_MESSAGES)
+        if mine:
+            CheckAnswers.seen += 1
+        if mine and CheckAnswers.seen > CheckAnswers.after:
+            if CheckAnswers.mode == "down":
+                self.errors += 1
+                raise ProbeUnavailable("503")
+            out = await super().chat(body)
+            if CheckAnswers.mode == "no_usage":
+                out.pop("usage")
+            elif CheckAnswers.mode == "one_more":
+                out["usage"]["prompt_tokens"] += 1
+            return out
+        return await super().chat(body)
+
+
+def hostile_check(monkeypatch: pytest.MonkeyPatch, mode: str, after: int = 0) -> None:
+    monkeypatch.setattr(CheckAnswers, "mode", mode)
+    monkeypatch.setattr(CheckAnswers, "after", after)
+    monkeypatch.setattr(CheckAnswers, "seen", 0)
+
+
+async def test_answers_without_counts_where_the_reference_counts_leave_the_rendering_unchecked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hostile_check(monkeypatch, "no_usage")
+    runner, health, _ = make_runner(Script(), A_Q4, LOCAL_Q4)
+    runner.client_factory = CheckAnswers  # type: ignore[assignment]
+    report = await runner.run(A_Q4.id, ["distribution"], trigger="manual")
+    (template,) = [r for r in report.rounds[0].results if r.probe == "template"]
+    assert (template.verdict, template.grounds) == ("fail", "reference")
+    assert "cannot be checked" in template.details["reason"]  # type: ignore[index]
+    assert health.state(A_Q4.id) == "suspect"
+
+
+async def test_a_check_the_endpoint_does_not_answer_is_an_availability_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    hostile_check(monkeypatch, "down")
+    runner, health, _ = make_runner(Script(), A_Q4, LOCAL_Q4)
+    runner.client_factory = CheckAnswers  # type: ignore[assignment]
+    report = await runner.run(A_Q4.id, ["fidelity"], trigger="manual")
+    (template,) = [r for r in report.rounds[0].results if r.probe == "template"]
+    assert (template.verdict, template.errors) == ("error", 2) and health.state(A_Q4.id) == "healthy"
+
+
+async def test_a_re_check_without_an_answer_leaves_the_template_alarm_standing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(TEMPLATE_EXTRA, A_Q4.id, 1)
+    hostile_check(monkeypatch, "down", after=2)  # the confirmatory re-check's two requests 503
+    runner, health, _ = make_runner(Script(), A_Q4, LOCAL_Q4)
+    runner.client_factory = CheckAnswers  # type: ignore[assignment]
+    report = await runner.run(A_Q4.id, ["logprob_drift"], trigger="manual")
+    assert [[(r.probe, r.verdict) for r in rnd.results if r.probe == "template"] for rnd in report.rounds] == [
+        [("template", "fail")]] * 2
+    assert health.state(A_Q4.id) == "suspect"
+
+
+async def test_a_re_check_that_renders_alike_clears_a_template_alarm() -> None:
+    # The audit-start check met a tokenizer counting one more (every answer while MIXED is set);
+    # the re-check's two are counted alike.
+    MIXED[A_Q4.id] = (1, 1)
+    try:
+        runner, health, _ = make_runner(Script(), A_Q4, LOCAL_Q4)
+        first = await runner.check_template(A_Q4, LOCAL_Q4)
+    finally:
+        del MIXED[A_Q4.id]
+    assert first.status == "differs"
+    runner.check_template = _replay(first, runner.check_template)  # type: ignore[method-assign]
+    report = await runner.run(A_Q4.id, ["logprob_drift"], trigger="manual")
+    assert [[(r.probe, r.verdict) for r in rnd.results if r.probe == "template"] for rnd in report.rounds] == [
+        [("template", "fail")], [("template", "pass")]]
+    assert health.state(A_Q4.id) == "healthy"
+
+
+def _replay(first: Any, check: Any) -> Any:
+    """The audit-start check answers `first`, later ones are real."""
+    calls = {"n": 0}
+
+    async def replay(endpoint: Endpoint, ref: Endpoint) -> Any:
+        calls["n"] += 1
+        return first if calls["n"] == 1 else await check(endpoint, ref)
+
+    return replay
+
+
+async def test_a_re_check_that_differs_leaves_the_audit_start_comparison_with_the_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Which probes meet the reference is the audit-start check's to say: a re-check that turns to
+    "differs" fails, and the confirmatory probes still compare with the reference."""
+    hostile_check(monkeypatch, "one_more", after=2)
+    script = Script({"logprob_drift": ["fail"], "distribution": ["fail"]},
+                    grounds={"logprob_drift": "reference", "distribution": "reference"})
+    runner, health, _ = make_runner(script, A_Q4, LOCAL_Q4)
+    runner.client_factory = CheckAnswers  # type: ignore[assignment]
+    report = await runner.run(A_Q4.id, ["logprob_drift"], trigger="manual")
+    confirmatory = [(name, ctx.reference is not None) for name, ctx in script.seen if ctx.confirm]
+    assert confirmatory and all(has_reference for _, has_reference in confirmatory)
+    assert [r.verdict for r in report.rounds[1].results if r.probe == "template"] == ["fail"]
 
 
 async def test_demoting_the_last_endpoint_of_a_model_warns_loudly(caplog: pytest.LogCaptureFixture) -> None:
