@@ -103,8 +103,10 @@ class DeploymentConfig(Frozen):
     # Only provider kinds whose adapter speaks the API may list it (checked when the catalog is built).
     native: frozenset[NativeApi] = frozenset()
     # The weights the provider says it serves ("Q4_1", "bf16", "fp8"...), compared case-insensitively.
-    # Where an endpoint and its model's reference name the same weights, the distribution probe's
-    # test against the reference is evidence on the endpoint's own grounds (probes.distribution).
+    # Where an endpoint and its model's reference name the same weights (for a GGUF: the same file,
+    # its tokenizer and chat template with it), the distribution probe's test against the reference
+    # is evidence on the endpoint's own grounds (probes.distribution), and a template check that
+    # finds other prompt_tokens makes the endpoint suspect (probes.template_check).
     weights: str | None = Field(None, min_length=1, max_length=64)
 
     _names_header_safe = field_validator("model", "id", "weights")(header_safe)
