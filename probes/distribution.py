@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from probes.base import Effect, Grounds, Outcome, ProbeContext, ProbeResult
+from probes.budget import BudgetExhausted
 from probes.client import ProbeRejected, ProbeUnavailable
 from probes.stats.mmd import mmd_test
 from probes.template_check import same_weights
@@ -103,8 +104,7 @@ def pool_key(
     spec: list[Any] = [prompts, settings.samples_per_prompt, settings.temperature, settings.max_tokens, SEED_LAYOUT]
     if sampler:
         spec.append(sorted(sampler.items()))
-    if rendering is not None:
-        spec.append({"rendering": rendering})
+    spec.append({"rendering": rendering})  # None too: pools from before it was keyed are not reused
     return "pool:" + hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
 
 
@@ -113,7 +113,7 @@ async def rendering(reference: ProbeClient, prompt: str) -> int | None:
     try:
         answer = await reference.chat({"messages": [{"role": "user", "content": prompt}], "max_tokens": 1,
                                        "temperature": 0})
-    except ProbeUnavailable:
+    except (ProbeUnavailable, BudgetExhausted):
         return None
     value = (answer.get("usage") or {}).get("prompt_tokens")
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
@@ -281,8 +281,10 @@ class Distribution:
             # Rendered alike: the audit-start check saw the same counts for the same messages (one
             # weights file, one tokenizer: the pool's counts then add nothing but what an endpoint
             # could alter to keep its failure a disagreement); without it, the pool's own counts.
-            alike = ctx.template == "same" or (
-                _counted_everywhere(sample, references, len(prompts)) and not mismatches)
+            # A pool keyed by no rendering (the reference's count was not had) may be one drawn
+            # under another template than the reference's now: no own evidence from it.
+            alike = rendered is not None and (ctx.template == "same" or (
+                _counted_everywhere(sample, references, len(prompts)) and not mismatches))
             # Own grounds only as the confirmation it is meant for: in a confirmatory round (a
             # scheduled window compares with the same frozen pool again and again).
             grounds = "self" if ctx.confirm and complete and weights and alike else "reference"

@@ -155,8 +155,9 @@ def _strong(r: ProbeResult, settings: HealthSettings) -> bool:
 
 def _describe(r: ProbeResult) -> str:
     stat = f"p={r.p_value:.3g}" if r.p_value is not None else f"e={r.e_value:.3g}" if r.e_value is not None else ""
-    against = ", against the reference" if r.grounds == "reference" and r.verdict == "fail" else ""
-    return f"{r.probe} {r.verdict}" + (f" ({stat}{against})" if stat or against else "")
+    against = "against the reference" if r.grounds == "reference" and r.verdict == "fail" else ""
+    notes = ", ".join(n for n in (stat, against) if n)
+    return f"{r.probe} {r.verdict}" + (f" ({notes})" if notes else "")
 
 
 # Said when a demotion is held back: which tests could confirm a reference disagreement.
@@ -285,9 +286,18 @@ def _confirmed(
     if confirmed:
         return demote(f"confirmatory re-run failed: {', '.join(map(_describe, confirmed))}",
                       replace(ev, clean_rounds=0))
+    # An alarm whose probe gave no verdict in its re-run (errors, a re-check nobody answered) is
+    # neither confirmed nor cleared: other probes passing do not answer it.
+    answered = {r.probe for r in rnd.quality}
+    unanswered = tuple(sorted(alarming - answered))
     if rnd.failed:  # the alarm is not confirmed, but another test failed: that one is re-run next
-        others = tuple(dict.fromkeys(r.probe for r in rnd.failed))
-        cusum = {p: m for p, m in ev.cusum.items() if p not in alarming}
-        why = f"alarm not confirmed ({', '.join(sorted(alarming))} passed), but {failures}: still suspect"
+        others = tuple(dict.fromkeys((*unanswered, *(r.probe for r in rnd.failed))))
+        cusum = {p: m for p, m in ev.cusum.items() if p not in alarming or p in unanswered}
+        passed = sorted(alarming & answered)
+        why = f"alarm not confirmed ({', '.join(passed) or 'no re-run answered'} passed), but {failures}: still suspect"
         return move("suspect", why, replace(ev, cusum=cusum, clean_rounds=0, suspects=others), others)
+    if unanswered:
+        cusum = {p: m for p, m in ev.cusum.items() if p not in alarming or p in unanswered}
+        why = f"awaiting a confirmatory verdict from {', '.join(unanswered)} (its re-run gave none)"
+        return move("suspect", why, replace(ev, cusum=cusum, suspects=unanswered), unanswered)
     return move("healthy", "confirmatory test passed: " + ", ".join(_describe(r) for r in rnd.quality), ev.reset())

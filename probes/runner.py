@@ -157,6 +157,10 @@ class RunReport:
         }
 
 
+def _counted(counts: Sequence[int | None]) -> bool:
+    return bool(counts) and all(c is not None for c in counts)
+
+
 class ProbeRunner:
     def __init__(
         self,
@@ -223,20 +227,21 @@ class ProbeRunner:
         if rnd.decision.confirm and not confirm:
             names = self.registry.confirmatory(rnd.decision.confirm_for)
             emit({"event": "confirm", "endpoint": endpoint.id, "probes": names, "reason": rnd.decision.reason})
-            rendered = None
+            rendered, decides = None, report.template
             if report.template is not None and ref is not None:
-                # A fresh check as the round's result (a template alarm's re-run). The audit-start
-                # check still decides whether the probes compare with the reference, and it stands
-                # where the fresh one got no answer (else a 503 to two requests clears an alarm).
-                alarmed = "template" in rnd.decision.confirm_for
+                # A fresh check as the round's result (a template alarm's re-run; one nobody answered
+                # leaves the alarm standing, probes.policy). Which probes meet the reference stays
+                # the audit-start check's to say, as the endpoint controls its own counts, unless
+                # the reference's counts moved since (its template changed mid-audit).
                 again = await self.check_template(endpoint, ref)
                 emit({"event": "template", "endpoint": endpoint.id, "reference": ref.id, "confirm": True,
                       **again.as_json()})
-                rendered = judge(again, endpoint, ref, rerun=alarmed)
-                if again.status == "unknown" and (rendered is None or rendered.verdict == "error"):
-                    rendered = judge(report.template, endpoint, ref, rerun=alarmed)
+                rendered = judge(again, endpoint, ref, rerun="template" in rnd.decision.confirm_for)
+                if _counted(again.reference) and _counted(report.template.reference) \
+                        and again.reference != report.template.reference:
+                    decides = again
             report.rounds.append(await self._round(endpoint, names, trigger=trigger, confirm=True, emit=emit,
-                                                   template=report.template, rendered=rendered))
+                                                   template=decides, rendered=rendered))
         report.state = self.health.state(endpoint.id)
         emit({"event": "finished", **report.as_json()})
         return report

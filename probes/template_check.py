@@ -50,12 +50,12 @@ class TemplateCheck:
     endpoint: list[int | None] = field(default_factory=list)  # reported prompt_tokens per message set
     reference: list[int | None] = field(default_factory=list)
     reason: str = ""
-    endpoint_errors: int = 0  # message sets the endpoint did not answer at all
+    endpoint_unanswered: tuple[int, ...] = ()  # message sets the endpoint did not answer at all
 
     def as_json(self) -> dict[str, Any]:
         return {"status": self.status, "endpoint_prompt_tokens": self.endpoint,
                 "reference_prompt_tokens": self.reference, "reason": self.reason,
-                "endpoint_errors": self.endpoint_errors}
+                "endpoint_unanswered": list(self.endpoint_unanswered)}
 
 
 def compare(endpoint: Sequence[int | None], reference: Sequence[int | None]) -> TemplateCheck:
@@ -74,25 +74,25 @@ def compare(endpoint: Sequence[int | None], reference: Sequence[int | None]) -> 
     )
 
 
-async def _counts(client: ChatClient) -> tuple[list[int | None], int]:
-    """Reported prompt_tokens per message set, and how many sets got no answer at all."""
+async def _counts(client: ChatClient) -> tuple[list[int | None], tuple[int, ...]]:
+    """Reported prompt_tokens per message set, and the sets that got no answer at all."""
     out: list[int | None] = []
-    errors = 0
-    for messages in MESSAGES:
+    unanswered: list[int] = []
+    for i, messages in enumerate(MESSAGES):
         try:
             answer = await client.chat({"messages": messages, "max_tokens": 1, "temperature": 0})
         except (ProbeUnavailable, BudgetExhausted):
             out.append(None)
-            errors += 1
+            unanswered.append(i)
             continue
         value = (answer.get("usage") or {}).get("prompt_tokens")
         out.append(int(value) if isinstance(value, int | float) and value > 0 else None)
-    return out, errors
+    return out, tuple(unanswered)
 
 
 async def check(endpoint: ChatClient, reference: ChatClient) -> TemplateCheck:
-    (mine, errors), (theirs, _) = await gather_or_cancel(_counts(endpoint), _counts(reference))
-    return replace(compare(mine, theirs), endpoint_errors=errors)
+    (mine, unanswered), (theirs, _) = await gather_or_cancel(_counts(endpoint), _counts(reference))
+    return replace(compare(mine, theirs), endpoint_unanswered=unanswered)
 
 
 def same_weights(endpoint: Endpoint, reference: Endpoint) -> bool:
@@ -116,16 +116,18 @@ class TemplateResult:
             return None
         details = {**check.as_json(), "weights": endpoint.deployment.weights}
         pairs = sum(a is not None and b is not None for a, b in zip(check.endpoint, check.reference, strict=True))
+        # Answered, but without the count the reference gave for the same messages.
         uncounted = [i for i, (a, b) in enumerate(zip(check.endpoint, check.reference, strict=True))
-                     if a is None and b is not None]
-        if check.status == "differs" or (len(uncounted) > check.endpoint_errors and pairs == 0):
+                     if a is None and b is not None and i not in check.endpoint_unanswered]
+        if check.status == "differs" or uncounted:
             if check.status != "differs":
-                details["reason"] = (f"the endpoint reports no prompt_tokens where the reference reports "
+                details["reason"] = (f"the endpoint reports {check.endpoint} prompt tokens where the reference reports "
                                      f"{check.reference}: its rendering of the model's template cannot be checked")
             return ProbeResult(self.name, "fail", pairs, effect=self.effect, grounds="reference", details=details)
-        if check.endpoint_errors:
-            return ProbeResult(self.name, "error", pairs, effect=self.effect, errors=check.endpoint_errors,
-                               details={**details, "error": f"{check.endpoint_errors} template-check requests failed"})
+        if check.endpoint_unanswered:
+            n = len(check.endpoint_unanswered)
+            return ProbeResult(self.name, "error", pairs, effect=self.effect, errors=n,
+                               details={**details, "error": f"{n} template-check requests failed"})
         if check.status == "same" and rerun:
             return ProbeResult(self.name, "pass", pairs, effect=self.effect, grounds="reference", details=details)
         return None

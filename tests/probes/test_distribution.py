@@ -5,6 +5,7 @@ import pytest
 
 from probes.base import ProbeContext
 from probes.baselines import MemoryBaselines
+from probes.budget import BudgetExhausted
 from probes.client import ProbeRejected
 from probes.distribution import PROMPTS, REFERENCE_SAMPLERS, Distribution, confirm_permutations, pool_key
 from probes.settings import DistributionSettings, ProbeSettings
@@ -423,3 +424,57 @@ async def test_a_prompt_the_reference_refuses_whatever_the_sampler_is_no_refused
     result = await Distribution().run(_ctx(ToyModel(), reference=filters_one_prompt))
     assert result.details["refused_samplers"] is None
     assert [s["sampler"] for s in result.details["samplers"]] == [dict(s) for s in REFERENCE_SAMPLERS]
+
+
+async def test_a_later_4xx_in_the_cut_pool_is_a_prompt_s_not_the_sampler_s():
+    """The plain pool answered the first prompt and so did the cut pool: a 4xx for a later prompt
+    (a content filter) is that prompt's error, and the cut pool is drawn on."""
+
+    def filters_one_later_prompt(body):
+        if PROMPTS[3] in body["messages"][-1]["content"]:
+            return ProbeRejected("content_filter: flagged", status=400)
+        return ToyModel()(body)
+
+    ctx = _ctx(ToyModel(), reference=filters_one_later_prompt)
+    result = await Distribution().run(ctx)
+    assert result.details["refused_samplers"] is None and len(result.details["samplers"]) == 2
+    assert sum("top_k" in b for b in ctx.reference.bodies) == 30
+
+
+def _rendering_down(model, fail=unavailable):
+    """`model`, but the request for the first prompt's rendering (one token, no seed) fails."""
+
+    def respond(body):
+        return fail(body) if "seed" not in body else model(body)
+
+    return respond
+
+
+async def test_without_the_reference_s_rendering_a_frozen_pool_may_be_stale_and_judges_nothing_own():
+    """Pools frozen under "rendering unknown" while the reference rendered otherwise; its rendering
+    request fails again today, so the pool met may be stale: a failure is a disagreement only."""
+
+    def old_template(body):
+        out = ToyModel("old-template")(body)
+        out["usage"]["prompt_tokens"] += 24
+        return out
+
+    baselines = MemoryBaselines()
+    weights = ("Q4_1", "Q4_1")
+    await Distribution().run(_ctx(ToyModel(), reference=_rendering_down(old_template), baselines=baselines,
+                                  weights=weights))
+    ctx = _ctx(ToyModel(seed=1), reference=_rendering_down(ToyModel()), baselines=baselines, weights=weights,
+               confirm=True, template="same")
+    result = await Distribution().run(ctx)
+    assert result.details["reference_rendering"] is None and result.grounds == "reference"
+    swapped = await Distribution().run(_ctx(ToyModel("other"), reference=_rendering_down(ToyModel()),
+                                            weights=weights, confirm=True, template="same"))
+    assert swapped.verdict == "fail" and swapped.grounds == "reference"
+
+
+async def test_a_spent_reference_budget_for_the_rendering_is_no_crash():
+    def spent(body):
+        return BudgetExhausted("reference budget spent")
+
+    result = await Distribution().run(_ctx(ToyModel(), reference=_rendering_down(ToyModel(), spent)))
+    assert result.verdict == "pass" and result.details["reference_rendering"] is None

@@ -27,6 +27,7 @@ from probes.registry import ProbeRegistry
 from probes.runner import ProbeRunner
 from probes.settings import HealthSettings, ProbeSettings
 from probes.template_check import MESSAGES as TEMPLATE_MESSAGES
+from probes.template_check import TemplateCheck
 from tests.fakes.catalog import make_catalog, make_endpoint
 from tests.fakes.clock import FakeClock
 
@@ -425,8 +426,84 @@ async def test_a_re_check_without_an_answer_leaves_the_template_alarm_standing(m
     runner.client_factory = CheckAnswers  # type: ignore[assignment]
     report = await runner.run(A_Q4.id, ["logprob_drift"], trigger="manual")
     assert [[(r.probe, r.verdict) for r in rnd.results if r.probe == "template"] for rnd in report.rounds] == [
-        [("template", "fail")]] * 2
+        [("template", "fail")], [("template", "error")]]
     assert health.state(A_Q4.id) == "suspect"
+    assert "awaiting a confirmatory verdict from template" in report.rounds[1].decision.reason
+
+
+DIFFERS = TemplateCheck("differs", [9, 15], [8, 14], "template differs: one token more")
+
+
+class ReferenceCheckDown(FakeClient):
+    """The reference stops answering the template check's messages after its first two."""
+
+    seen = 0
+
+    async def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.endpoint.id == LOCAL_Q4.id and body["messages"] in list(TEMPLATE_MESSAGES):
+            ReferenceCheckDown.seen += 1
+            if ReferenceCheckDown.seen > 2:
+                self.errors += 1
+                raise ProbeUnavailable("503")
+        return await super().chat(body)
+
+
+@pytest.mark.parametrize("recheck", ["alike", "endpoint_down", "reference_down"])
+async def test_a_re_check_nobody_answered_is_no_failed_re_run(monkeypatch: pytest.MonkeyPatch, recheck: str) -> None:
+    """A template alarm, then a confirmatory round whose fidelity fails: SUSPECT with fidelity the next
+    alarm. A re-check nobody answered must do no worse than one that renders alike (it demoted)."""
+    script = Script({"fidelity": ["fail"]})
+    runner, health, _ = make_runner(script, A_Q4, LOCAL_Q4)
+    runner.check_template = _replay(DIFFERS, runner.check_template)  # type: ignore[method-assign]
+    if recheck == "endpoint_down":
+        hostile_check(monkeypatch, "down", after=0)
+        runner.client_factory = CheckAnswers  # type: ignore[assignment]
+    elif recheck == "reference_down":
+        monkeypatch.setattr(ReferenceCheckDown, "seen", 2)
+        runner.client_factory = ReferenceCheckDown  # type: ignore[assignment]
+    await runner.run(A_Q4.id, ["logprob_drift"], trigger="manual")
+    assert health.state(A_Q4.id) == "suspect"
+
+
+async def test_an_alarm_stands_until_its_own_re_run_answers_whatever_else_passes() -> None:
+    """Drift and the template check alarm; in the confirmatory round every probe errors and the
+    re-check renders alike: the template alarm is cleared, drift's stands (it cleared both)."""
+    script = Script({"logprob_drift": ["fail", DOWN], "distribution": [DOWN], "fidelity": [DOWN]},
+                    grounds={"logprob_drift": "reference"})
+    runner, health, _ = make_runner(script, A_Q4, LOCAL_Q4)
+    runner.check_template = _replay(DIFFERS, runner.check_template)  # type: ignore[method-assign]
+    report = await runner.run(A_Q4.id, ["logprob_drift"], trigger="manual")
+    assert [r.verdict for r in report.rounds[1].results if r.probe == "template"] == ["pass"]
+    assert health.state(A_Q4.id) == "suspect"
+    assert report.rounds[1].decision.confirm_for == ("logprob_drift",)
+
+
+class ReferenceRendersAnew(FakeClient):
+    """The reference (not the endpoint) counts 24 more tokens after the audit-start check: its
+    template changed mid-audit."""
+
+    seen = 0
+
+    async def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        out = await super().chat(body)
+        if self.endpoint.id == LOCAL_Q4.id:
+            if body["messages"] in list(TEMPLATE_MESSAGES):
+                ReferenceRendersAnew.seen += 1
+            if ReferenceRendersAnew.seen > 2:
+                out["usage"]["prompt_tokens"] += 24
+        return out
+
+
+async def test_a_reference_whose_counts_moved_mid_audit_is_not_compared_with_in_the_confirmatory_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ReferenceRendersAnew, "seen", 0)
+    script = Script({"logprob_drift": ["fail"]}, grounds={"logprob_drift": "reference"})
+    runner, health, _ = make_runner(script, A_Q4, LOCAL_Q4)
+    runner.client_factory = ReferenceRendersAnew  # type: ignore[assignment]
+    await runner.run(A_Q4.id, ["logprob_drift"], trigger="manual")
+    confirmatory = [(name, ctx.template, ctx.reference is not None) for name, ctx in script.seen if ctx.confirm]
+    assert confirmatory and all(t == "differs" and not has_ref for _, t, has_ref in confirmatory)
 
 
 async def test_a_re_check_that_renders_alike_clears_a_template_alarm() -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from probes.template_check import compare
+from dataclasses import replace
+
+from probes.template_check import TemplateResult, compare
+from tests.fakes.catalog import make_endpoint
 
 
 def test_equal_counts_are_the_same_template() -> None:
@@ -21,3 +24,32 @@ def test_off_by_one_bos_handling_differs_too() -> None:
 def test_without_a_pair_of_counts_it_is_unknown() -> None:
     assert compare([None, 40], [31, None]).status == "unknown"
     assert compare([None, 41], [31, 40]).status == "differs"
+
+
+A_Q4 = make_endpoint("a/m", weights="Q4_1")
+REF_Q4 = make_endpoint("ref/m", weights="Q4_1")
+
+
+def _judged(endpoint: list[int | None], reference: list[int | None], unanswered: tuple[int, ...] = (),
+            rerun: bool = False) -> str | None:
+    check = replace(compare(endpoint, reference), endpoint_unanswered=unanswered)
+    result = TemplateResult().judge(check, A_Q4, REF_Q4, rerun=rerun)
+    return None if result is None else result.verdict
+
+
+def test_as_a_result_against_the_same_weights() -> None:
+    assert _judged([32, 41], [31, 40]) == "fail"
+    assert _judged([31, 40], [31, 40]) is None  # no quality evidence
+    assert _judged([31, 40], [31, 40], rerun=True) == "pass"  # a template alarm's re-run
+    # Answered without the count the reference gave: unchecked rendering, whatever else was counted.
+    assert _judged([None, 40], [31, 40]) == "fail"
+    assert _judged([None, None], [None, 14], unanswered=(0,)) == "fail"
+    # Not answered at all: availability, not quality.
+    assert _judged([None, None], [31, 40], unanswered=(0, 1)) == "error"
+    assert _judged([None, 40], [None, 40], unanswered=()) is None  # the reference counted nothing there
+
+
+def test_other_or_unknown_weights_give_no_result() -> None:
+    check = compare([55, 40], [31, 40])
+    assert TemplateResult().judge(check, make_endpoint("a/m"), REF_Q4) is None
+    assert TemplateResult().judge(check, make_endpoint("a/m", weights="bf16"), REF_Q4) is None
