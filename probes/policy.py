@@ -2,7 +2,8 @@
 in), so every transition is tested from a table.
 
     HEALTHY --alarm--> SUSPECT --alarming probe fails its re-run / e-CUSUM >= demote_e--> DEMOTED
-    SUSPECT --confirmatory pass--> HEALTHY (e-CUSUMs reset)
+    SUSPECT --confirmatory pass--> HEALTHY (e-CUSUMs reset; every alarming probe's re-run passed)
+    SUSPECT --an alarming probe's re-run gave no verdict--> SUSPECT (that probe is re-run next)
     SUSPECT --re-run passes, another confirmatory probe fails--> SUSPECT (that probe is re-run next)
     DEMOTED --min time, clean rounds--> PROBATION (e-CUSUMs reset) --probation time, clean--> HEALTHY
     PROBATION --alarm or a failing non-evidence probe--> DEMOTED
