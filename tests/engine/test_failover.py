@@ -186,7 +186,11 @@ def test_with_two_replicas_a_cut_stream_errors_and_new_streams_go_to_the_other(p
         assert caught.value.code == "upstream_stream_error"
         after: list[tuple[str, str | None]] = []
         for i in range(3):
-            raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=SHORT, max_tokens=8, stream=True)
+            try:
+                raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=SHORT, max_tokens=8,
+                                                                       stream=True)
+            except openai.APIError as exc:  # seen once under a heavy foreign load: keep what explains it
+                pytest.fail(f"request {i} after the kill: {exc}; replicas {pair.replicas()}\n{pair.log()}")
             finish = [c.choices[0].finish_reason for c in raw.parse() if c.choices and c.choices[0].finish_reason]
             after.append((raw.headers["x-gateway-endpoint"], finish[-1] if finish else None))
             if i == 0:
@@ -205,6 +209,8 @@ def test_with_two_replicas_a_cut_stream_errors_and_new_streams_go_to_the_other(p
 
 
 def test_sigkill_of_the_gateway_takes_its_engines_along(pair: Gateway) -> None:
+    # Whatever the tests before left restarting (one that failed mid-way) is back first.
+    assert wait_until(lambda: all(r["state"] == "ready" for r in pair.replicas()), RESTART_BOUND_S + 5), pair.log()
     replicas = pair.replicas()
     pids, ports = [r["pid"] for r in replicas], [r["port"] for r in replicas]
     assert all(alive(pid) for pid in pids)
