@@ -86,6 +86,8 @@ class _Round:
     demote: tuple[str, ...]  # probes whose evidence or hard rule demotes outright
     # Evidence on the endpoint's own grounds (described): what a demotion needs.
     independent: tuple[str, ...]
+    # Probes that ran and gave no verdict: an error, or inconclusive other than "not applicable".
+    no_verdict: frozenset[str] = frozenset()
 
 
 def _tally(
@@ -139,7 +141,9 @@ def _tally(
                     if own.get(p, 0.0) >= level and not any(r.probe == p and counts(r) for r in failed)]
     new = replace(evidence, cusum=cusum, errors=errors, last_error=last_error, updated=now,
                   own={p: m for p, m in own.items() if p in cusum})
-    return _Round(new, quality, failed, tuple(alarms), tuple(demote), tuple(independent))
+    no_verdict = frozenset(r.probe for r in results if r.verdict == "error"
+                           or (r.verdict == "inconclusive" and "skipped" not in (r.details or {})))
+    return _Round(new, quality, failed, tuple(alarms), tuple(demote), tuple(independent), no_verdict)
 
 
 def _still_suspect(probes: Sequence[str], rnd: _Round) -> tuple[str, ...]:
@@ -287,10 +291,11 @@ def _confirmed(
     if confirmed:
         return demote(f"confirmatory re-run failed: {', '.join(map(_describe, confirmed))}",
                       replace(ev, clean_rounds=0))
-    # An alarm whose probe gave no verdict in its re-run (errors, a re-check nobody answered) is
-    # neither confirmed nor cleared: other probes passing do not answer it.
+    # An alarm whose probe ran again and gave no verdict (errors, a re-check nobody answered) is
+    # neither confirmed nor cleared: other probes passing do not answer it. One whose probe cannot
+    # run any more (not applicable, its comparison gone) is cleared by the round, as before.
     answered = {r.probe for r in rnd.quality}
-    unanswered = tuple(sorted(alarming - answered))
+    unanswered = tuple(sorted((alarming - answered) & rnd.no_verdict))
     if rnd.failed:  # the alarm is not confirmed, but another test failed: that one is re-run next
         others = tuple(dict.fromkeys((*unanswered, *(r.probe for r in rnd.failed))))
         cusum = {p: m for p, m in ev.cusum.items() if p not in alarming or p in unanswered}
@@ -300,5 +305,5 @@ def _confirmed(
     if unanswered:
         cusum = {p: m for p, m in ev.cusum.items() if p not in alarming or p in unanswered}
         why = f"awaiting a confirmatory verdict from {', '.join(unanswered)} (its re-run gave none)"
-        return move("suspect", why, replace(ev, cusum=cusum, suspects=unanswered), unanswered)
+        return move("suspect", why, replace(ev, cusum=cusum, clean_rounds=0, suspects=unanswered), unanswered)
     return move("healthy", "confirmatory test passed: " + ", ".join(_describe(r) for r in rnd.quality), ev.reset())

@@ -130,4 +130,7 @@ class TemplateResult:
                                details={**details, "error": f"{n} template-check requests failed"})
         if check.status == "same" and rerun:
             return ProbeResult(self.name, "pass", pairs, effect=self.effect, grounds="reference", details=details)
+        if check.status == "unknown" and rerun:  # the reference did not count: the alarm stays open
+            return ProbeResult(self.name, "inconclusive", pairs, effect=self.effect, grounds="reference",
+                               details={**details, "reason": "the reference reported no prompt_tokens"})
         return None

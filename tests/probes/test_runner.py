@@ -636,3 +636,34 @@ async def test_the_consistency_check_runs_off_the_event_loop_and_a_bug_in_it_is_
     assert results["consistency"].verdict == "error" and "KeyError" in results["consistency"].details["error"]
     assert seen and seen[0] != loop_thread
     assert health.state(A.id) == "healthy" and report.rounds[0].decision is not None
+
+
+async def test_an_alarm_whose_check_no_longer_applies_is_cleared_by_a_passing_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only a re-run that gave no verdict keeps an alarm open: a template alarm after the provider
+    declares other weights (no comparison left to re-run) is not one, or the endpoint stays SUSPECT."""
+    monkeypatch.setitem(TEMPLATE_EXTRA, A_Q4.id, 1)
+    runner, health, _ = make_runner(Script(), A_Q4, LOCAL_Q4)
+    await runner.run(A_Q4.id, ["fidelity"], trigger="manual")
+    assert health.state(A_Q4.id) == "suspect"
+    runner.catalog = make_catalog(make_endpoint("prov-a/m", "m", provider="prov-a", weights="Q8_0"), LOCAL_Q4)
+    await runner.run(A_Q4.id, ["fidelity"], trigger="manual")
+    assert health.state(A_Q4.id) == "healthy"
+
+
+async def test_a_consistency_alarm_clears_when_the_re_run_repeats_no_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(MIXED, A.id, (4, 13))
+    script = Script()
+    runner, health, _ = make_runner(script, A)
+    runner.registry = ProbeRegistry({
+        "logprob_drift": script.probe("logprob_drift", skip="no logprobs"),
+        "distribution": script.probe("distribution", "confirm"),  # passes, repeats nothing
+        "fidelity": script.probe("fidelity", sends=20),
+    })
+    report = await runner.run(A.id, ["fidelity"], trigger="manual")
+    assert [r.probe for r in report.rounds[0].results if r.verdict == "fail"] == ["consistency"]
+    # The confirmatory round (drift not applicable, distribution repeating nothing) has no
+    # consistency result to give: the alarm cannot be re-run, and the passing round clears it.
+    assert [r.probe for r in report.rounds[1].results] == ["logprob_drift", "distribution"]
+    assert health.state(A.id) == "healthy"
