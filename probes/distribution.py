@@ -3,7 +3,8 @@ engine's by MMD with a Hamming kernel, permutations stratified by prompt.
 
 The reference pool is drawn once per (reference endpoint, settings, the reference's prompt_tokens
 for the first prompt: one request a run) and frozen in the baseline store, so a reference whose
-template changed since gets a new pool instead of one rendered the old way. Without a reference, the endpoint's first pool is frozen and later runs compare against it.
+template changed since gets a new pool instead of one rendered the old way. Without a reference,
+the endpoint's first pool is frozen and later runs compare against it.
 
 Seeds: every request of a pool has its own seed (the reference's 0..N-1). One seed per sample index
 shared by all prompts couples the prompts' samples on any engine that turns a seed into the same
@@ -46,6 +47,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from probes.base import Effect, Grounds, Outcome, ProbeContext, ProbeResult
 from probes.budget import BudgetExhausted
 from probes.client import ProbeRejected, ProbeUnavailable
+from probes.prompt_identity import reported_prompt_tokens
 from probes.stats.mmd import mmd_test
 from probes.template_check import same_weights
 from probes.windowed import Meter, judged, result
@@ -115,8 +117,7 @@ async def rendering(reference: ProbeClient, prompt: str) -> int | None:
                                        "temperature": 0})
     except (ProbeUnavailable, BudgetExhausted):
         return None
-    value = (answer.get("usage") or {}).get("prompt_tokens")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return reported_prompt_tokens(answer)
 
 
 async def draw_pool(

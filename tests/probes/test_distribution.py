@@ -393,19 +393,21 @@ async def test_a_sampler_the_reference_refuses_costs_one_request_a_run():
         assert "top_k is not supported" in result.details["refused_samplers"][0]["reason"]
 
 
+def _old_template(body):
+    """The reference as it was: its template added a default system prompt (+24 tokens, other answers)."""
+    out = ToyModel("old-template")(body)
+    out["usage"]["prompt_tokens"] += 24
+    return out
+
+
 async def test_a_reference_whose_template_changed_gets_a_new_pool_not_the_old_rendering():
     """Pools frozen while the reference's template added a default system prompt (+24 tokens, and
     other answers); the reference renders otherwise now and the endpoint as it does: the old pool
     would fail this honest endpoint on its own grounds (the template check sees "same" today)."""
 
-    def old_template(body):
-        out = ToyModel("old-template")(body)
-        out["usage"]["prompt_tokens"] += 24
-        return out
-
     baselines = MemoryBaselines()
     weights = ("Q4_1", "Q4_1")
-    await Distribution().run(_ctx(ToyModel(), reference=old_template, baselines=baselines, weights=weights))
+    await Distribution().run(_ctx(ToyModel(), reference=_old_template, baselines=baselines, weights=weights))
     ctx = _ctx(ToyModel(seed=1), reference=ToyModel(), baselines=baselines, weights=weights, confirm=True,
                template="same")
     result = await Distribution().run(ctx)
@@ -454,14 +456,9 @@ async def test_without_the_reference_s_rendering_a_frozen_pool_may_be_stale_and_
     """Pools frozen under "rendering unknown" while the reference rendered otherwise; its rendering
     request fails again today, so the pool met may be stale: a failure is a disagreement only."""
 
-    def old_template(body):
-        out = ToyModel("old-template")(body)
-        out["usage"]["prompt_tokens"] += 24
-        return out
-
     baselines = MemoryBaselines()
     weights = ("Q4_1", "Q4_1")
-    await Distribution().run(_ctx(ToyModel(), reference=_rendering_down(old_template), baselines=baselines,
+    await Distribution().run(_ctx(ToyModel(), reference=_rendering_down(_old_template), baselines=baselines,
                                   weights=weights))
     ctx = _ctx(ToyModel(seed=1), reference=_rendering_down(ToyModel()), baselines=baselines, weights=weights,
                confirm=True, template="same")
