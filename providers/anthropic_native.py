@@ -54,7 +54,7 @@ def parse_native(target: Target, body: bytes) -> ParsedBody:
 
 class NativeStream:
     """One per stream: each Messages event passed on as it came; usage gathered from message_start
-    and message_delta; message_stop ends it; an `error` event fails it (before the first event the
+    and message_delta (none while no event counted the prompt); message_stop ends it; an `error` event fails it (before the first event the
     dispatcher may still retry or fall back; after it the client gets Anthropic's error event)."""
 
     def __init__(self, target: Target) -> None:
@@ -83,14 +83,22 @@ class NativeStream:
             prompt = Usage.from_openai(chat_usage(self._usage))
             return ParsedChunk([raw], prompt_usage=replace(prompt, completion_tokens=0) if prompt else None)
         if kind == "message_delta":
-            self._usage.update({k: v for k, v in (obj.get("usage") or {}).items() if v is not None})
-            return ParsedChunk([raw], Usage.from_openai(chat_usage(self._usage)))
+            usage = obj.get("usage")
+            self._usage.update({k: v for k, v in usage.items() if v is not None} if isinstance(usage, dict) else {})
+            return ParsedChunk([raw], self._reported())
         if kind == "message_stop":
-            return ParsedChunk([raw], Usage.from_openai(chat_usage(self._usage)), done=True)
+            return ParsedChunk([raw], self._reported(), done=True)
         if kind == "error":
             error = obj.get("error") or {}
             raise self._fail(f"{error.get('type', 'error')}: {error.get('message', '')}"[:500])
         return ParsedChunk([raw])  # event types added later pass as they are
+
+    def _reported(self) -> Usage | None:
+        """The stream's usage, or none while no event counted the prompt: output alone would bill
+        the prompt as 0 tokens, and the accountant estimates a stream without usage instead."""
+        if "input_tokens" not in self._usage:
+            return None
+        return Usage.from_openai(chat_usage(self._usage))
 
 
 def build_native(

@@ -73,6 +73,24 @@ def test_events_pass_unchanged_and_usage_is_gathered() -> None:
     assert (last.usage.prompt_tokens, last.usage.cached_tokens, last.usage.completion_tokens) == (14, 7, 9)
 
 
+def test_a_stream_that_never_counts_its_prompt_reports_no_usage() -> None:
+    # Without message_start (llama-server leaves it out when its first token is not a whole
+    # character) no event counts the prompt: output alone would bill the prompt as 0 tokens,
+    # so the stream reports none and the accountant estimates both (`gateway.pipeline.estimate`).
+    stream = AnthropicAdapter().native_stream(TARGET, "messages")
+    delta = b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}'
+    end = b'{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}'
+    assert stream.feed("content_block_delta", delta).usage is None
+    assert stream.feed("message_delta", end).usage is None
+    last = stream.feed("message_stop", b'{"type":"message_stop"}')
+    assert last.done and last.usage is None
+    # A message_delta that counts the prompt itself is enough.
+    counted = AnthropicAdapter().native_stream(TARGET, "messages")
+    both = b'{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":5,"output_tokens":9}}'
+    usage = counted.feed("message_delta", both).usage
+    assert usage is not None and (usage.prompt_tokens, usage.completion_tokens) == (5, 9)
+
+
 def test_an_error_event_fails_the_stream() -> None:
     stream = AnthropicAdapter().native_stream(TARGET, "messages")
     with pytest.raises(ProviderStreamError, match="overloaded_error"):

@@ -541,6 +541,12 @@ def test_a_passed_through_stream_without_message_start_gets_one_first() -> None:
     start = orjson.loads(out[0].split(b"data: ", 1)[1])
     assert start["message"]["id"].startswith("msg_") and start["message"]["content"] == []
     assert out[1].startswith(b"event: content_block_start") and out[2].startswith(b"event: content_block_delta")
+    assert start["message"]["usage"] == {"input_tokens": 0, "output_tokens": 0}  # what the SDK's model requires
+    # The opening is the gateway's, not a count: the stream still reports no prompt count (estimated).
+    stream = ADAPTER.native_stream(TARGET, "messages")
+    _events(stream, [block, delta])
+    end = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}}
+    assert stream.feed("message_delta", orjson.dumps(end)).usage is None
     begun = {"type": "message_start", "message": {"id": "chatcmpl-1", "type": "message", "role": "assistant",
                                                   "content": [], "usage": {"input_tokens": 3, "output_tokens": 0}}}
     kept = _events(ADAPTER.native_stream(TARGET, "messages"), [begun, block, delta])
