@@ -19,6 +19,9 @@ class Usage:
     cached_tokens: int = 0
     # Whether the upstream reported cached tokens at all (0 reported is a miss; absent says nothing).
     cache_reported: bool = field(default=False, compare=False)
+    # Whether the upstream counted the prompt: a usage with output only must not bill the prompt
+    # as 0 tokens (the accountant estimates it, `gateway.pipeline.account`).
+    prompt_reported: bool = field(default=True, compare=False)
 
     @classmethod
     def from_openai(cls, usage: Mapping[str, Any] | None) -> Usage | None:
@@ -31,17 +34,24 @@ class Usage:
         for name in CACHED_TOKEN_FIELDS:
             if cached is None:
                 cached = usage.get(name)
+        prompt = usage.get("prompt_tokens")
         return cls(
-            prompt_tokens=token_count(usage.get("prompt_tokens")),
+            prompt_tokens=token_count(prompt),
             completion_tokens=token_count(usage.get("completion_tokens")),
             cached_tokens=token_count(cached),
             cache_reported=cached is not None,
+            prompt_reported=is_count(prompt),
         )
 
 
 # No request uses a billion tokens; an upstream claiming more is clamped here (a store's integer
 # counters, and costs, stay sane).
 MAX_USAGE_TOKENS = 1_000_000_000
+
+
+def is_count(value: Any) -> bool:
+    """Whether an upstream's field holds a count at all (0 included): a number, not a bool."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value < math.inf
 
 
 def token_count(value: Any) -> int:

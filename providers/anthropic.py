@@ -248,5 +248,5 @@ class AnthropicAdapter:
     def parse_native(self, target: Target, api: str, body: bytes) -> ParsedBody:
         return anthropic_native.parse_native(target, body)
 
-    def native_stream(self, target: Target, api: str) -> anthropic_native.NativeStream:
+    def native_stream(self, target: Target, api: str, *, prompt_hint: int = 0) -> anthropic_native.NativeStream:
         return anthropic_native.NativeStream(target)

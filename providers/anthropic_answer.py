@@ -12,12 +12,13 @@ are kept in the usage object as Anthropic named them.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
 from kernel.errors import ProviderServerError, ProviderStreamError
-from kernel.values import Usage, token_count
+from kernel.values import Usage, is_count, token_count
 from providers.base import ParsedBody, ParsedChunk, Target
 
 FINISH_REASONS = {
@@ -30,9 +31,22 @@ FINISH_REASONS = {
 }
 
 
+PROMPT_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+
+def usage_of(usage: Any) -> Usage | None:
+    """Anthropic usage as the gateway counts it: none without any; where none of its prompt
+    fields holds a count, the output's count only (`Usage.prompt_reported`), never a free prompt."""
+    if not isinstance(usage, dict) or not usage:
+        return None
+    counted = Usage.from_openai(chat_usage(usage))
+    assert counted is not None  # chat_usage's dict is never empty
+    return replace(counted, prompt_reported=any(is_count(usage.get(k)) for k in PROMPT_FIELDS))
+
+
 def chat_usage(usage: Any) -> dict[str, Any]:
     usage = usage if isinstance(usage, dict) else {}
-    fresh, read, created = (token_count(usage.get(k)) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+    fresh, read, created = (token_count(usage.get(k)) for k in PROMPT_FIELDS)
     output = token_count(usage.get("output_tokens"))
     prompt = fresh + read + created
     return {
@@ -70,6 +84,7 @@ def parse_message(target: Target, body: bytes) -> ParsedBody:
     if calls:
         reply["tool_calls"] = calls
     usage = chat_usage(message.get("usage"))
+    counted = usage_of(message.get("usage"))
     chat = {
         "id": f"chatcmpl-{message.get('id', '')}",
         "object": "chat.completion",
@@ -80,7 +95,7 @@ def parse_message(target: Target, body: bytes) -> ParsedBody:
         ],
         "usage": usage,
     }
-    return ParsedBody(orjson.dumps(chat), Usage.from_openai(usage))
+    return ParsedBody(orjson.dumps(chat), counted)
 
 
 class AnthropicStreamTranslator:
@@ -117,7 +132,7 @@ class AnthropicStreamTranslator:
         if kind == "message_start":
             message = obj.get("message") or {}
             self._id = f"chatcmpl-{message.get('id', '')}"
-            self._usage.update(message.get("usage") or {})
+            self._usage.update(counts(message.get("usage")))
             return ParsedChunk([self._chunk({"role": "assistant", "content": ""})])
         if kind == "content_block_start":
             block = obj.get("content_block") or {}
@@ -137,14 +152,19 @@ class AnthropicStreamTranslator:
                 return ParsedChunk([self._chunk({"tool_calls": [call]})])
             return ParsedChunk()  # thinking and signature deltas have no chat form
         if kind == "message_delta":
-            self._usage.update({k: v for k, v in (obj.get("usage") or {}).items() if v is not None})
+            self._usage.update(counts(obj.get("usage")))
             reason = (obj.get("delta") or {}).get("stop_reason")
             return ParsedChunk([self._chunk({}, FINISH_REASONS.get(reason or "", "stop"))])
         if kind == "message_stop":
             usage = chat_usage(self._usage)
             payloads = [orjson.dumps({**orjson.loads(self._chunk(None)), "usage": usage})] if self._include_usage else []
-            return ParsedChunk(payloads, Usage.from_openai(usage), done=True)
+            return ParsedChunk(payloads, usage_of(self._usage), done=True)
         if kind == "error":
             error = obj.get("error") or {}
             raise self._fail(f"{error.get('type', 'error')}: {error.get('message', '')}"[:500])
         return ParsedChunk()  # ping, content_block_stop, and event types added later
+
+
+def counts(usage: Any) -> dict[str, Any]:
+    """An event's usage fields that say something: a null is no count (it must not hide one)."""
+    return {k: v for k, v in usage.items() if v is not None} if isinstance(usage, dict) else {}

@@ -7,7 +7,7 @@ Out: the client's body with `model` replaced by the upstream model and `stream` 
 the adapter always builds (`x-api-key` from the provider, never the client's key; `anthropic-version`),
 the client's `anthropic-beta`, then the provider's own `headers`. Back: the Message or the events,
 untouched; usage read from the Message, or from message_start and message_delta, the way the
-translation reads it (`providers.anthropic_answer.chat_usage`), for accounting, limits and affinity.
+translation reads it (`providers.anthropic_answer.usage_of`), for accounting, limits and affinity.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from typing import Any
 import orjson
 
 from kernel.errors import ProviderServerError, ProviderStreamError
-from kernel.values import Usage
-from providers.anthropic_answer import chat_usage
+from providers.anthropic_answer import counts, usage_of
 from providers.base import ParsedBody, ParsedChunk, Target, UpstreamRequest, typed_as
 
 MESSAGES = "messages"
@@ -49,13 +48,14 @@ def parse_native(target: Target, body: bytes) -> ParsedBody:
         message = None
     if not isinstance(message, dict) or not isinstance(message.get("content"), list):
         raise ProviderServerError(f"upstream {target.endpoint_id} answered with a body that is not a Message", endpoint=target.endpoint_id)
-    return ParsedBody(body, Usage.from_openai(chat_usage(message.get("usage"))))
+    return ParsedBody(body, usage_of(message.get("usage")))
 
 
 class NativeStream:
     """One per stream: each Messages event passed on as it came; usage gathered from message_start
-    and message_delta (none while no event counted the prompt); message_stop ends it; an `error` event fails it (before the first event the
-    dispatcher may still retry or fall back; after it the client gets Anthropic's error event)."""
+    and message_delta (`usage_of`: a prompt no event counted is not reported as 0); message_stop
+    ends it; an `error` event fails it (before the first event the dispatcher may still retry or
+    fall back; after it the client gets Anthropic's error event)."""
 
     def __init__(self, target: Target) -> None:
         self._target = target
@@ -78,27 +78,21 @@ class NativeStream:
             raw = b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
         if kind == "message_start":  # exact for the prompt only: the output is counted until message_delta
             message = obj.get("message")
-            usage = message.get("usage") if isinstance(message, dict) else None
-            self._usage.update(usage if isinstance(usage, dict) else {})
-            prompt = Usage.from_openai(chat_usage(self._usage))
-            return ParsedChunk([raw], prompt_usage=replace(prompt, completion_tokens=0) if prompt else None)
+            self._usage.update(counts(message.get("usage") if isinstance(message, dict) else None))
+            prompt = usage_of(self._usage)
+            if prompt is None or not prompt.prompt_reported:
+                return ParsedChunk([raw])
+            return ParsedChunk([raw], prompt_usage=replace(prompt, completion_tokens=0))
         if kind == "message_delta":
-            usage = obj.get("usage")
-            self._usage.update({k: v for k, v in usage.items() if v is not None} if isinstance(usage, dict) else {})
-            return ParsedChunk([raw], self._reported())
+            self._usage.update(counts(obj.get("usage")))
+            return ParsedChunk([raw], usage_of(self._usage))
         if kind == "message_stop":
-            return ParsedChunk([raw], self._reported(), done=True)
+            return ParsedChunk([raw], usage_of(self._usage), done=True)
         if kind == "error":
             error = obj.get("error") or {}
             raise self._fail(f"{error.get('type', 'error')}: {error.get('message', '')}"[:500])
         return ParsedChunk([raw])  # event types added later pass as they are
 
-    def _reported(self) -> Usage | None:
-        """The stream's usage, or none while no event counted the prompt: output alone would bill
-        the prompt as 0 tokens, and the accountant estimates a stream without usage instead."""
-        if "input_tokens" not in self._usage:
-            return None
-        return Usage.from_openai(chat_usage(self._usage))
 
 
 def build_native(

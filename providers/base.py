@@ -120,6 +120,8 @@ class NativeAdapter(Protocol):
 
     def parse_native(self, target: Target, api: str, body: bytes) -> ParsedBody: ...
 
-    def native_stream(self, target: Target, api: str) -> StreamTranslator:
-        """Events in, the same events out (`ParsedChunk.payloads` hold whole SSE events)."""
+    def native_stream(self, target: Target, api: str, *, prompt_hint: int = 0) -> StreamTranslator:
+        """Events in, the same events out (`ParsedChunk.payloads` hold whole SSE events).
+        `prompt_hint`: the gateway's estimate of the prompt, for an event the adapter must write
+        itself where its upstream left one out (never read as the upstream's count)."""
         ...

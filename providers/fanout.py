@@ -57,6 +57,7 @@ def add_usages(parts: Iterable[Usage | None]) -> Usage | None:
         completion_tokens=sum(u.completion_tokens for u in usages),
         cached_tokens=sum(u.cached_tokens for u in usages),
         cache_reported=all(u.cache_reported for u in usages),
+        prompt_reported=all(u.prompt_reported for u in usages),
     )
 
 

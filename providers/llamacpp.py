@@ -157,8 +157,8 @@ class LlamaCppAdapter(OpenAICompatAdapter):
     def parse_native(self, target: Target, api: str, body: bytes) -> ParsedBody:
         return anthropic_native.parse_native(target, body)
 
-    def native_stream(self, target: Target, api: str) -> anthropic_native.NativeStream:
-        return MessagesStream(target)
+    def native_stream(self, target: Target, api: str, *, prompt_hint: int = 0) -> anthropic_native.NativeStream:
+        return MessagesStream(target, prompt_hint)
 
     def stream_translator(self, target: Target, op: Operation, body: dict[str, Any]) -> OpenAIStreamTranslator:
         translator = super().stream_translator(target, op, body)
@@ -215,13 +215,15 @@ class MessagesStream(anthropic_native.NativeStream):
     (part of an emoji) sends none (measured straight from the engine: 5 of 150 short sampled
     streams, each opening with an emoji; none of the other 145 did), so an SDK has no message to
     add the deltas to (anthropic's `get_final_message` fails).
-    One is put first then, with an id of the gateway's and zero usage, which the SDK's model
-    requires; no event of the engine's counts the prompt then, so the stream reports no usage and
-    the accountant estimates it (`NativeStream._reported`)."""
+    One is put first then, with an id of the gateway's and the gateway's estimate of the prompt
+    (`prompt_hint`, as the translated stream's message_start has it), which the client keeps: no
+    event of the engine's counts the prompt then. The opening is not read as the engine's count:
+    the stream reports the output's count only, and the accountant estimates the prompt."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, prompt_hint: int = 0) -> None:
         super().__init__(target)
         self._begun = False
+        self._prompt_hint = prompt_hint
 
     def feed(self, event: str | None, data: bytes) -> ParsedChunk:
         chunk = super().feed(event, data)
@@ -233,7 +235,7 @@ class MessagesStream(anthropic_native.NativeStream):
         start = {"type": "message_start", "message": {
             "id": "msg_" + secrets.token_hex(12), "type": "message", "role": "assistant", "content": [],
             "model": self._target.upstream_model, "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0}}}
+            "usage": {"input_tokens": self._prompt_hint, "output_tokens": 0}}}
         opening = b"event: message_start\ndata: " + orjson.dumps(start) + b"\n\n"
         return replace(chunk, payloads=[opening, *chunk.payloads])
 

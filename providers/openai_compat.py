@@ -113,7 +113,7 @@ class OpenAICompatAdapter:
     def parse_native(self, target: Target, api: str, body: bytes) -> ParsedBody:
         return openai_responses.parse_native(target, body)
 
-    def native_stream(self, target: Target, api: str) -> StreamTranslator:
+    def native_stream(self, target: Target, api: str, *, prompt_hint: int = 0) -> StreamTranslator:
         return openai_responses.NativeStream(target)
 
 

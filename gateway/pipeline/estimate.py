@@ -8,6 +8,9 @@ output text they pass on (`count_payloads`, `count_chunk`; a passed-through stre
 `count_events`); a whole answer is counted only when it
 came without usage. Completion tokens are the larger of the pieces of text (an engine streams about
 one token each) and 4 characters a token, capped at max_tokens for each completion asked for.
+A usage that counts the output but not the prompt (`Usage.prompt_reported` false: a Messages
+stream whose message_start never came) keeps its output's count, and its prompt is estimated
+(`with_estimated_prompt`).
 """
 
 from __future__ import annotations
@@ -36,8 +39,11 @@ def count_payloads(ctx: RequestContext, payloads: list[bytes]) -> None:
 
 
 def count_chunk(ctx: RequestContext, obj: dict[str, Any]) -> None:
-    """One chat or completions chunk (or whole answer): the text of each of its choices."""
+    """One chat or completions chunk (or whole answer): the text of each of its choices; a whole
+    Messages answer passed through: the text, thinking and tool input of its content blocks."""
     choices = obj.get("choices")
+    if obj.get("type") == "message" and isinstance(blocks := obj.get("content"), list):
+        _count_blocks(ctx, blocks)
     if not isinstance(choices, list):
         return
     for choice in choices:
@@ -56,6 +62,18 @@ def count_chunk(ctx: RequestContext, obj: dict[str, Any]) -> None:
                     chars += sum(len(v) for v in (fn.get("name"), fn.get("arguments")) if isinstance(v, str))
         if isinstance(text := choice.get("text"), str):  # completions
             chars += len(text)
+        if chars:
+            ctx.output_chars += chars
+            ctx.output_pieces += 1
+
+
+def _count_blocks(ctx: RequestContext, blocks: list[Any]) -> None:
+    for block in blocks:
+        if not isinstance(block, dict):
+            continue
+        chars = sum(len(v) for name in ("text", "thinking", "name") if isinstance(v := block.get(name), str))
+        if block.get("type") == "tool_use":
+            chars += len(orjson.dumps(block.get("input")))
         if chars:
             ctx.output_chars += chars
             ctx.output_pieces += 1
@@ -89,15 +107,27 @@ def count_events(ctx: RequestContext, events: list[bytes]) -> None:
             ctx.output_pieces += 1
 
 
-def estimated_usage(ctx: RequestContext) -> Usage:
+def _prompt(ctx: RequestContext) -> tuple[int, int]:
+    """The prompt's tokens and cached tokens: the upstream's own count if it came before the
+    output, else the route's estimate (cl100k over the chat view, as routing counted it)."""
+    if ctx.prompt_usage is not None and ctx.prompt_usage.prompt_reported:
+        return ctx.prompt_usage.prompt_tokens, ctx.prompt_usage.cached_tokens
     features = getattr(ctx.route, "features", None)
-    prompt = int(features.prompt_tokens) if features is not None else len(str(ctx.body)) // 4 + 1
-    cached = 0
-    if ctx.prompt_usage is not None:  # the upstream's own count of the prompt came before the output
-        prompt, cached = ctx.prompt_usage.prompt_tokens, ctx.prompt_usage.cached_tokens
+    return (int(features.prompt_tokens) if features is not None else len(str(ctx.body)) // 4 + 1), 0
+
+
+def with_estimated_prompt(ctx: RequestContext, usage: Usage) -> Usage:
+    """A usage whose upstream counted the output but not the prompt, with the prompt estimated."""
+    prompt, cached = _prompt(ctx)
+    return Usage(prompt_tokens=prompt, completion_tokens=usage.completion_tokens, cached_tokens=cached)
+
+
+def estimated_usage(ctx: RequestContext) -> Usage:
+    prompt, cached = _prompt(ctx)
     if ctx.op == "embeddings":
         return Usage(prompt_tokens=prompt)
     completion = max(ctx.output_pieces, math.ceil(ctx.output_chars / CHARS_PER_TOKEN))
+    features = getattr(ctx.route, "features", None)
     most = features.max_output_tokens if features is not None else None
     if most is not None:
         completion = min(completion, most * output_choices(ctx.op, ctx.body))

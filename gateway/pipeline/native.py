@@ -80,7 +80,9 @@ async def call(
 
 def stream_translator(ctx: RequestContext, endpoint: Endpoint) -> StreamTranslator:
     native, adapter = _pair(ctx, endpoint)
-    return adapter.native_stream(endpoint.target, native.api)
+    features = getattr(ctx.route, "features", None)
+    hint = int(features.prompt_tokens) if features is not None else 0
+    return adapter.native_stream(endpoint.target, native.api, prompt_hint=hint)
 
 
 class PassThroughFraming:

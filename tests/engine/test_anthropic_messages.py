@@ -28,8 +28,9 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
 def test_messages_passed_through_to_llama_servers_own_messages_api(native: Gateway) -> None:
     with anthropic.Anthropic(base_url=native.url, api_key=KEY, max_retries=0, timeout=60) as client:
         whole = client.messages.create(model=MODEL, max_tokens=6, messages=[{"role": "user", "content": "Write a story."}])
-        # Greedy, so the same first token each run: a sampled one that is part of a character (an
-        # emoji) makes the engine leave out message_start, its id and its count (`MessagesStream`).
+        # Greedy (this SDK's stream() takes no temperature), so the same first token each run: a
+        # sampled one that is part of a character (an emoji) makes the engine leave out
+        # message_start, its id and its count; the next test takes that path on purpose.
         with client.messages.stream(
             model=MODEL, max_tokens=8, extra_body={"temperature": 0}, system="You are brief.", messages=[{"role": "user", "content": "Say hello."}]
         ) as stream:
@@ -41,6 +42,22 @@ def test_messages_passed_through_to_llama_servers_own_messages_api(native: Gatew
     assert text and final.content[0].text == text  # type: ignore[union-attr]
     assert 0 < final.usage.output_tokens <= 8
     assert final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0) > 10
+
+
+def test_a_passed_through_stream_the_engine_opens_without_message_start_still_reassembles(native: Gateway) -> None:
+    # Greedy, SmolLM2 Q4_1 opens this answer with an emoji whose first token is not a whole
+    # character: llama-server then sends no message_start (measured straight from the engine).
+    with anthropic.Anthropic(base_url=native.url, api_key=KEY, max_retries=0, timeout=60) as client:
+        with client.messages.stream(
+            model=MODEL, max_tokens=8, extra_body={"temperature": 0}, messages=[{"role": "user", "content": "Send me a smiley emoji."}]
+        ) as stream:
+            text = "".join(stream.text_stream)
+            final = stream.get_final_message()
+    assert text and ord(text[0]) > 0xFFFF  # the opening the engine sent no message_start for
+    assert final.id.startswith("msg_")  # the gateway's opening, not llama.cpp's chatcmpl- id
+    assert final.content[0].text == text  # type: ignore[union-attr]
+    assert 0 < final.usage.output_tokens <= 8  # the engine's own count, from its message_delta
+    assert final.usage.input_tokens > 5  # the gateway's estimate of the prompt, not 0
 
 
 def test_messages_create_and_stream_on_the_bundled_engine(gateway: Gateway) -> None:

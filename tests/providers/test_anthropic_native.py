@@ -73,22 +73,58 @@ def test_events_pass_unchanged_and_usage_is_gathered() -> None:
     assert (last.usage.prompt_tokens, last.usage.cached_tokens, last.usage.completion_tokens) == (14, 7, 9)
 
 
-def test_a_stream_that_never_counts_its_prompt_reports_no_usage() -> None:
-    # Without message_start (llama-server leaves it out when its first token is not a whole
-    # character) no event counts the prompt: output alone would bill the prompt as 0 tokens,
-    # so the stream reports none and the accountant estimates both (`gateway.pipeline.estimate`).
+def _delta(output: int, **prompt: object) -> bytes:
+    return json.dumps({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {**prompt, "output_tokens": output}}).encode()
+
+
+@pytest.mark.parametrize(
+    "start",
+    [
+        None,  # llama-server leaves message_start out when its first token is not a whole character
+        {"type": "message_start", "message": {"id": "msg_1", "usage": {"output_tokens": 1}}},
+        {"type": "message_start", "message": {"id": "msg_1"}},
+        {"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": None, "output_tokens": 1}}},
+    ],
+    ids=["no-start", "no-input-tokens", "no-usage", "null-input-tokens"],
+)
+def test_a_stream_that_never_counts_its_prompt_reports_the_output_only(start: dict[str, object] | None) -> None:
+    # Output alone would bill the prompt as 0 tokens: the usage says the prompt went uncounted
+    # (the accountant estimates it) and keeps the output's exact count.
     stream = AnthropicAdapter().native_stream(TARGET, "messages")
+    if start is not None:
+        assert stream.feed("message_start", json.dumps(start).encode()).prompt_usage is None
     delta = b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}'
-    end = b'{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}'
     assert stream.feed("content_block_delta", delta).usage is None
-    assert stream.feed("message_delta", end).usage is None
+    usage = stream.feed("message_delta", _delta(9)).usage
+    assert usage is not None and not usage.prompt_reported and usage.completion_tokens == 9
     last = stream.feed("message_stop", b'{"type":"message_stop"}')
-    assert last.done and last.usage is None
-    # A message_delta that counts the prompt itself is enough.
-    counted = AnthropicAdapter().native_stream(TARGET, "messages")
-    both = b'{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":5,"output_tokens":9}}'
-    usage = counted.feed("message_delta", both).usage
-    assert usage is not None and (usage.prompt_tokens, usage.completion_tokens) == (5, 9)
+    assert last.done and last.usage is not None and not last.usage.prompt_reported
+
+
+def test_a_prompt_counted_by_message_delta_or_by_cache_fields_alone_is_reported() -> None:
+    late = AnthropicAdapter().native_stream(TARGET, "messages")
+    usage = late.feed("message_delta", _delta(9, input_tokens=5)).usage
+    assert usage is not None and usage.prompt_reported and (usage.prompt_tokens, usage.completion_tokens) == (5, 9)
+    cached = AnthropicAdapter().native_stream(TARGET, "messages")
+    start = {"type": "message_start", "message": {"id": "msg_1", "usage": {"cache_read_input_tokens": 100}}}
+    prompt = cached.feed("message_start", json.dumps(start).encode()).prompt_usage
+    assert prompt is not None and prompt.prompt_reported and (prompt.prompt_tokens, prompt.cached_tokens) == (100, 100)
+    usage = cached.feed("message_delta", _delta(3)).usage
+    assert usage is not None and usage.prompt_reported and usage.completion_tokens == 3
+
+
+@pytest.mark.parametrize(
+    ("usage", "expected"),
+    [(None, None), ({}, None), ({"output_tokens": 4}, (False, 4)), ({"input_tokens": None, "output_tokens": 4}, (False, 4)),
+     ({"input_tokens": 0, "output_tokens": 4}, (True, 4))],
+)
+def test_a_message_that_does_not_count_its_prompt_reports_so(usage: object, expected: tuple[bool, int] | None) -> None:
+    body: dict[str, object] = {"id": "msg_1", "type": "message", "content": [{"type": "text", "text": "Hi"}]}
+    if usage is not None:
+        body["usage"] = usage
+    parsed = AnthropicAdapter().parse_native(TARGET, "messages", json.dumps(body).encode())
+    got = None if parsed.usage is None else (parsed.usage.prompt_reported, parsed.usage.completion_tokens)
+    assert got == expected
 
 
 def test_an_error_event_fails_the_stream() -> None:

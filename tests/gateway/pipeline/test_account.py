@@ -167,3 +167,36 @@ def test_an_answer_without_usage_is_recorded_at_an_estimate_and_flagged() -> Non
     never = RequestContext(request_id="s", op="chat", started=0.0, model="m", endpoint_id="p/m")
     record = accountant.record(never)  # failed before any endpoint answered
     assert not record.usage_estimated and record.cost_usd == 0.0 and never.usage is None
+
+
+def test_a_usage_that_did_not_count_the_prompt_gets_the_prompts_estimate_and_keeps_its_output() -> None:
+    """A Messages stream whose message_start never came counts its output only: billing its prompt
+    as 0 tokens would make the input free; the route's estimate stands in, flagged."""
+    from types import SimpleNamespace
+
+    price = Price(input=2.0, output=8.0)
+    accountant = Accountant(lambda _: price, lambda: 1.0)
+    ctx = RequestContext(request_id="r", op="chat", started=0.0, body={"model": "m"}, model="m", endpoint_id="p/m")
+    ctx.route = SimpleNamespace(features=SimpleNamespace(prompt_tokens=50, max_output_tokens=None))  # type: ignore[assignment]
+    ctx.committed = True
+    ctx.usage = Usage(prompt_tokens=0, completion_tokens=12, prompt_reported=False)
+    ctx.prompt_usage = Usage(prompt_tokens=0, prompt_reported=False)  # an opening without a count: not the prompt's
+    record = accountant.record(ctx)
+    assert (record.prompt_tokens, record.completion_tokens) == (50, 12)  # the output's own count, not re-estimated
+    assert record.usage_estimated and ctx.usage_estimated
+    assert record.cost_usd == pytest.approx((50 * 2.0 + 12 * 8.0) / 1_000_000)
+    counted = RequestContext(request_id="s", op="chat", started=0.0, body={"model": "m"}, model="m", endpoint_id="p/m")
+    counted.route, counted.committed = ctx.route, True
+    counted.usage = Usage(prompt_tokens=0, completion_tokens=12)  # a prompt counted as 0 is the upstream's claim
+    assert not accountant.record(counted).usage_estimated and counted.usage.prompt_tokens == 0
+
+
+def test_a_whole_messages_answer_without_usage_is_counted_from_its_content_blocks() -> None:
+    from gateway.pipeline.estimate import count_payloads
+
+    ctx = RequestContext(request_id="r", op="chat", started=0.0, model="m")
+    message = {"type": "message", "content": [{"type": "thinking", "thinking": "t" * 8, "signature": "s"},
+                                              {"type": "text", "text": "x" * 40},
+                                              {"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}}]}
+    count_payloads(ctx, [orjson.dumps(message)])
+    assert (ctx.output_chars, ctx.output_pieces) == (8 + 40 + 1 + len('{"a":1}'), 3)
