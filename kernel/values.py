@@ -19,28 +19,37 @@ class Usage:
     cached_tokens: int = 0
     # Whether the upstream reported cached tokens at all (0 reported is a miss; absent says nothing).
     cache_reported: bool = field(default=False, compare=False)
-    # Whether the upstream counted the prompt: a usage with output only must not bill the prompt
-    # as 0 tokens (the accountant estimates it, `gateway.pipeline.account`).
+    # Whether the upstream counted the prompt (a positive count: no prompt is 0 tokens): a usage
+    # with output only must not bill it as free (the accountant estimates it, `gateway.pipeline.account`).
     prompt_reported: bool = field(default=True, compare=False)
+    # Requests the prompt was sent in (a fan-out's parts): an estimated prompt counts that many times.
+    prompt_parts: int = field(default=1, compare=False)
 
     @classmethod
     def from_openai(cls, usage: Mapping[str, Any] | None) -> Usage | None:
         """The upstream's claim, validated: a count that is not a non-negative number counts 0, one
-        past `MAX_USAGE_TOKENS` counts that much (it feeds rate limits, costs and the shared store)."""
+        past `MAX_USAGE_TOKENS` counts that much (it feeds rate limits, costs and the shared store).
+        None where neither the prompt nor the output is counted (`{"total_tokens": 30}` alone is an
+        embedding's prompt only without completion_tokens); `prompt_reported` false where only
+        the output is."""
         if not usage or not isinstance(usage, Mapping):
+            return None
+        prompt, completion, total = usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get("total_tokens")
+        if not is_count(prompt) and token_count(total) > 0 and not is_count(completion):
+            prompt = total  # embeddings upstreams that count only a total: all of it is the input
+        if not is_count(prompt) and not is_count(completion):
             return None
         details = usage.get("prompt_tokens_details") or {}
         cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
         for name in CACHED_TOKEN_FIELDS:
             if cached is None:
                 cached = usage.get(name)
-        prompt = usage.get("prompt_tokens")
         return cls(
             prompt_tokens=token_count(prompt),
-            completion_tokens=token_count(usage.get("completion_tokens")),
+            completion_tokens=token_count(completion),
             cached_tokens=token_count(cached),
             cache_reported=cached is not None,
-            prompt_reported=is_count(prompt),
+            prompt_reported=token_count(prompt) > 0,
         )
 
 

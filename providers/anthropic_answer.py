@@ -35,13 +35,18 @@ PROMPT_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_inpu
 
 
 def usage_of(usage: Any) -> Usage | None:
-    """Anthropic usage as the gateway counts it: none without any; where none of its prompt
-    fields holds a count, the output's count only (`Usage.prompt_reported`), never a free prompt."""
-    if not isinstance(usage, dict) or not usage:
+    """Anthropic usage as the gateway counts it: none without an output count (the accountant
+    estimates it all); where its prompt fields add up to no tokens, the output's count only
+    (`Usage.prompt_reported`), never a free prompt."""
+    if not isinstance(usage, dict) or not is_count(usage.get("output_tokens")):
         return None
     counted = Usage.from_openai(chat_usage(usage))
-    assert counted is not None  # chat_usage's dict is never empty
-    return replace(counted, prompt_reported=any(is_count(usage.get(k)) for k in PROMPT_FIELDS))
+    assert counted is not None  # chat_usage's dict always counts the output
+    return replace(counted, prompt_reported=prompt_counted(usage))
+
+
+def prompt_counted(usage: dict[str, Any]) -> bool:
+    return sum(token_count(usage.get(k)) for k in PROMPT_FIELDS) > 0
 
 
 def chat_usage(usage: Any) -> dict[str, Any]:
@@ -132,7 +137,7 @@ class AnthropicStreamTranslator:
         if kind == "message_start":
             message = obj.get("message") or {}
             self._id = f"chatcmpl-{message.get('id', '')}"
-            self._usage.update(counts(message.get("usage")))
+            self._usage.update(prompt_counts(message.get("usage")))
             return ParsedChunk([self._chunk({"role": "assistant", "content": ""})])
         if kind == "content_block_start":
             block = obj.get("content_block") or {}
@@ -168,3 +173,8 @@ class AnthropicStreamTranslator:
 def counts(usage: Any) -> dict[str, Any]:
     """An event's usage fields that say something: a null is no count (it must not hide one)."""
     return {k: v for k, v in usage.items() if v is not None} if isinstance(usage, dict) else {}
+
+
+def prompt_counts(usage: Any) -> dict[str, Any]:
+    """message_start's usage without its output count, a placeholder (message_delta has the count)."""
+    return {k: v for k, v in counts(usage).items() if k != "output_tokens"}

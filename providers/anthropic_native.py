@@ -19,7 +19,8 @@ from typing import Any
 import orjson
 
 from kernel.errors import ProviderServerError, ProviderStreamError
-from providers.anthropic_answer import counts, usage_of
+from kernel.values import Usage
+from providers.anthropic_answer import chat_usage, counts, prompt_counted, prompt_counts, usage_of
 from providers.base import ParsedBody, ParsedChunk, Target, UpstreamRequest, typed_as
 
 MESSAGES = "messages"
@@ -78,11 +79,11 @@ class NativeStream:
             raw = b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
         if kind == "message_start":  # exact for the prompt only: the output is counted until message_delta
             message = obj.get("message")
-            self._usage.update(counts(message.get("usage") if isinstance(message, dict) else None))
-            prompt = usage_of(self._usage)
-            if prompt is None or not prompt.prompt_reported:
+            self._usage.update(prompt_counts(message.get("usage") if isinstance(message, dict) else None))
+            if not prompt_counted(self._usage):
                 return ParsedChunk([raw])
-            return ParsedChunk([raw], prompt_usage=replace(prompt, completion_tokens=0))
+            prompt = Usage.from_openai(chat_usage(self._usage))
+            return ParsedChunk([raw], prompt_usage=replace(prompt, completion_tokens=0) if prompt else None)
         if kind == "message_delta":
             self._usage.update(counts(obj.get("usage")))
             return ParsedChunk([raw], usage_of(self._usage))

@@ -47,17 +47,22 @@ def sum_usage(parts: Sequence[Any]) -> dict[str, Any] | None:
 
 
 def add_usages(parts: Iterable[Usage | None]) -> Usage | None:
-    """The sum of parsed usages; None if any part reported none."""
+    """The sum of the parts' usages (one request each for the same prompt); None if any part
+    reported none. A part that counted its output but not its prompt is given a part's prompt
+    that was counted; where none was, the prompt is the estimate's, once a part (`prompt_parts`)."""
     items = list(parts)
     if not items or any(u is None for u in items):
         return None
     usages = [u for u in items if u is not None]
+    counted = [u for u in usages if u.prompt_reported]
+    prompt = max(counted, key=lambda u: u.prompt_tokens) if counted else None
     return Usage(
-        prompt_tokens=sum(u.prompt_tokens for u in usages),
+        prompt_tokens=sum(u.prompt_tokens if u.prompt_reported or prompt is None else prompt.prompt_tokens for u in usages),
         completion_tokens=sum(u.completion_tokens for u in usages),
         cached_tokens=sum(u.cached_tokens for u in usages),
         cache_reported=all(u.cache_reported for u in usages),
-        prompt_reported=all(u.prompt_reported for u in usages),
+        prompt_reported=bool(counted),
+        prompt_parts=len(usages),
     )
 
 

@@ -71,9 +71,9 @@ def _count_blocks(ctx: RequestContext, blocks: list[Any]) -> None:
     for block in blocks:
         if not isinstance(block, dict):
             continue
-        chars = sum(len(v) for name in ("text", "thinking", "name") if isinstance(v := block.get(name), str))
-        if block.get("type") == "tool_use":
-            chars += len(orjson.dumps(block.get("input")))
+        chars = sum(len(v) for name in ("text", "thinking", "name", "data") if isinstance(v := block.get(name), str))
+        if "input" in block:  # tool_use, server_tool_use
+            chars += len(orjson.dumps(block["input"]))
         if chars:
             ctx.output_chars += chars
             ctx.output_pieces += 1
@@ -117,9 +117,11 @@ def _prompt(ctx: RequestContext) -> tuple[int, int]:
 
 
 def with_estimated_prompt(ctx: RequestContext, usage: Usage) -> Usage:
-    """A usage whose upstream counted the output but not the prompt, with the prompt estimated."""
+    """A usage whose upstream counted the output but not the prompt, with the prompt estimated
+    (once for each request it was sent in)."""
     prompt, cached = _prompt(ctx)
-    return Usage(prompt_tokens=prompt, completion_tokens=usage.completion_tokens, cached_tokens=cached)
+    parts = usage.prompt_parts
+    return Usage(prompt_tokens=prompt * parts, completion_tokens=usage.completion_tokens, cached_tokens=cached * parts)
 
 
 def estimated_usage(ctx: RequestContext) -> Usage:

@@ -37,13 +37,14 @@ def fan_out_count(ctx: RequestContext, endpoint: Endpoint) -> int:
 async def fan_out(ctx: RequestContext, endpoint: Endpoint, n: int, attempt: Attempt) -> Completed | Streaming:
     bodies = sub_bodies(ctx.body_for(endpoint.id), n)
     if not ctx.stream:
-        parts = []
+        parts, usages = [], []
         for body in bodies:
             part = await attempt(ctx, endpoint, body)
             assert isinstance(part, Completed)
             parts.append(part.body)
-        merged, usage = merge_bodies(parts)
-        ctx.usage = Usage.from_openai(usage)
+            usages.append(ctx.usage)  # the part's own, as its adapter read it
+        merged, _ = merge_bodies(parts)
+        ctx.usage = add_usages(usages)
         return Completed(merged)
     merger = ChunkMerger(wants_usage=bool((ctx.body.get("stream_options") or {}).get("include_usage")))
     ctx.usage = None

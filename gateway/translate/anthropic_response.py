@@ -220,8 +220,8 @@ class MessagesStream:
         self._close(out)
         reason, sequence = stop_reason(self.finish, self.stop_sequences, bool(self.tool_blocks))
         usage = usage_block(self.usage)
-        if self.usage is None:
-            usage["input_tokens"] = self.input_tokens  # the upstream reported none: keep the gateway's count
+        if self.usage is None or not self.usage.prompt_reported:
+            usage["input_tokens"] = self.input_tokens  # the upstream counted no prompt: keep the gateway's count
         delta = {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence}, "usage": usage}
         out.append(_event("message_delta", delta))
         out.append(_event("message_stop", {"type": "message_stop"}))

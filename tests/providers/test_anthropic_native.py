@@ -101,6 +101,18 @@ def test_a_stream_that_never_counts_its_prompt_reports_the_output_only(start: di
     assert last.done and last.usage is not None and not last.usage.prompt_reported
 
 
+def test_message_starts_output_count_is_a_placeholder_never_the_answers() -> None:
+    # Anthropic's message_start says output_tokens 1; a stream whose message_delta then counts
+    # nothing has no output count: none is reported (the relayed deltas are counted instead).
+    stream = AnthropicAdapter().native_stream(TARGET, "messages")
+    start = {"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 5, "output_tokens": 1}}}
+    prompt = stream.feed("message_start", json.dumps(start).encode()).prompt_usage
+    assert prompt is not None and (prompt.prompt_tokens, prompt.completion_tokens) == (5, 0)
+    bare = b'{"type":"message_delta","delta":{"stop_reason":"end_turn"}}'
+    assert stream.feed("message_delta", bare).usage is None
+    assert stream.feed("message_stop", b'{"type":"message_stop"}').usage is None
+
+
 def test_a_prompt_counted_by_message_delta_or_by_cache_fields_alone_is_reported() -> None:
     late = AnthropicAdapter().native_stream(TARGET, "messages")
     usage = late.feed("message_delta", _delta(9, input_tokens=5)).usage
@@ -116,7 +128,9 @@ def test_a_prompt_counted_by_message_delta_or_by_cache_fields_alone_is_reported(
 @pytest.mark.parametrize(
     ("usage", "expected"),
     [(None, None), ({}, None), ({"output_tokens": 4}, (False, 4)), ({"input_tokens": None, "output_tokens": 4}, (False, 4)),
-     ({"input_tokens": 0, "output_tokens": 4}, (True, 4))],
+     ({"input_tokens": 0, "output_tokens": 4}, (False, 4)),  # no prompt is 0 tokens
+     ({"input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 4}, (False, 4)),
+     ({"input_tokens": 5, "output_tokens": 4}, (True, 4)), ({"input_tokens": 5}, None)],
 )
 def test_a_message_that_does_not_count_its_prompt_reports_so(usage: object, expected: tuple[bool, int] | None) -> None:
     body: dict[str, object] = {"id": "msg_1", "type": "message", "content": [{"type": "text", "text": "Hi"}]}

@@ -134,8 +134,8 @@ def test_usage_from_openai_clamps_and_validates_what_the_upstream_claims() -> No
     garbage = Usage.from_openai(
         {"prompt_tokens": "12", "completion_tokens": float("inf"), "prompt_tokens_details": {"cached_tokens": [1]}}
     )
-    assert garbage == Usage(prompt_tokens=0, completion_tokens=0, cached_tokens=0)
-    assert Usage.from_openai({"prompt_tokens": -5, "completion_tokens": True, "total_tokens": 1}) == Usage(0, 0, 0)
+    assert garbage is None  # nothing counted: estimated, never free
+    assert Usage.from_openai({"prompt_tokens": -5, "completion_tokens": True, "total_tokens": 1}) == Usage(1, 0, 0)
     assert Usage.from_openai({"prompt_tokens": 7.0, "prompt_tokens_details": "x"}) == Usage(7, 0, 0)
     assert Usage.from_openai(["not", "a", "mapping"]) is None  # type: ignore[arg-type]
     assert Usage.from_openai("usage") is None  # type: ignore[arg-type]
@@ -196,7 +196,26 @@ def test_a_whole_messages_answer_without_usage_is_counted_from_its_content_block
 
     ctx = RequestContext(request_id="r", op="chat", started=0.0, model="m")
     message = {"type": "message", "content": [{"type": "thinking", "thinking": "t" * 8, "signature": "s"},
+                                              {"type": "redacted_thinking", "data": "r" * 6},
                                               {"type": "text", "text": "x" * 40},
-                                              {"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}}]}
+                                              {"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}},
+                                              {"type": "server_tool_use", "id": "t2", "name": "web", "input": {"q": "z"}}]}
     count_payloads(ctx, [orjson.dumps(message)])
-    assert (ctx.output_chars, ctx.output_pieces) == (8 + 40 + 1 + len('{"a":1}'), 3)
+    assert (ctx.output_chars, ctx.output_pieces) == (8 + 6 + 40 + 1 + len('{"a":1}') + 3 + len('{"q":"z"}'), 5)
+
+
+def test_usage_from_openai_says_whether_the_prompt_was_counted() -> None:
+    def flags(usage: dict[str, object]) -> tuple[int, int, bool] | None:
+        got = Usage.from_openai(usage)
+        return None if got is None else (got.prompt_tokens, got.completion_tokens, got.prompt_reported)
+
+    assert flags({"prompt_tokens": 12, "completion_tokens": 3}) == (12, 3, True)
+    assert flags({"completion_tokens": 7}) == (0, 7, False)  # output only: the prompt is estimated
+    assert flags({"prompt_tokens": None, "completion_tokens": 7}) == (0, 7, False)
+    assert flags({"prompt_tokens": 0, "completion_tokens": 7}) == (0, 7, False)  # no prompt is 0 tokens
+    assert flags({"prompt_tokens": -3, "completion_tokens": 7}) == (0, 7, False)
+    assert flags({"prompt_tokens": True, "completion_tokens": 7}) == (0, 7, False)
+    assert flags({"total_tokens": 30}) == (30, 0, True)  # an embeddings upstream that counts a total only
+    assert flags({"total_tokens": 30, "completion_tokens": 7}) == (0, 7, False)  # not split: the prompt estimated
+    assert flags({"prompt_tokens": 8, "total_tokens": 8}) == (8, 0, True)  # embeddings
+    assert flags({"total_tokens": "30"}) is None and flags({"service_tier": "x"}) is None

@@ -134,6 +134,13 @@ def test_a_stream_without_usage_keeps_the_gateways_count() -> None:
     assert got[-2][1]["usage"] == {"input_tokens": 9, "output_tokens": 0}
 
 
+def test_a_stream_whose_usage_counts_no_prompt_keeps_the_gateways_count_of_it() -> None:
+    stream = MessagesStream(model="m", message_id="msg_1", input_tokens=9, stop_sequences=())
+    output_only = {**json.loads(chunk({}, "stop")), "usage": {"completion_tokens": 4}}
+    got = events(stream.frame([chunk({"content": "a"}), json.dumps(output_only).encode()]) + stream.end())
+    assert got[-2][1]["usage"] == {"input_tokens": 9, "output_tokens": 4}
+
+
 def test_two_parallel_tool_calls_are_two_blocks() -> None:
     stream = MessagesStream(model="m", message_id="msg_1", input_tokens=1, stop_sequences=())
     calls = [

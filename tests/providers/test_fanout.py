@@ -1,0 +1,23 @@
+"""Fan-out's sum of its parts' usages: each part sent the same prompt."""
+
+from __future__ import annotations
+
+from kernel.values import Usage
+from providers.fanout import add_usages
+
+
+def test_parts_usages_add_up() -> None:
+    total = add_usages([Usage(40, 3, 30, cache_reported=True), Usage(40, 5, 0, cache_reported=True)])
+    assert total == Usage(80, 8, 30) and total.prompt_reported and total.cache_reported
+    assert add_usages([Usage(40, 3), None]) is None and add_usages([]) is None
+
+
+def test_a_part_that_counted_no_prompt_is_given_a_counted_parts_prompt() -> None:
+    total = add_usages([Usage(40, 3), Usage(0, 5, prompt_reported=False), Usage(40, 4)])
+    assert total is not None and total.prompt_reported and (total.prompt_tokens, total.completion_tokens) == (120, 12)
+
+
+def test_parts_that_counted_no_prompt_leave_it_to_the_estimate_once_a_part() -> None:
+    total = add_usages([Usage(0, 3, prompt_reported=False), Usage(0, 5, prompt_reported=False)])
+    assert total is not None and not total.prompt_reported
+    assert (total.completion_tokens, total.prompt_parts) == (8, 2)
