@@ -37,8 +37,8 @@ class Usage:
         prompt, completion, total = usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get("total_tokens")
         if not is_count(prompt) and token_count(total) > 0 and not is_count(completion):
             prompt = total  # embeddings upstreams that count only a total: all of it is the input
-        if not is_count(prompt) and not is_count(completion):
-            return None
+        if token_count(prompt) == 0 and token_count(completion) == 0:
+            return None  # counts nothing (or only zeros): estimated whole, never free
         details = usage.get("prompt_tokens_details") or {}
         cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
         for name in CACHED_TOKEN_FIELDS:

@@ -40,6 +40,8 @@ def usage_of(usage: Any) -> Usage | None:
     (`Usage.prompt_reported`), never a free prompt."""
     if not isinstance(usage, dict) or not is_count(usage.get("output_tokens")):
         return None
+    if token_count(usage.get("output_tokens")) == 0 and not prompt_counted(usage):
+        return None  # all zeros count nothing: estimated, never free
     counted = Usage.from_openai(chat_usage(usage))
     assert counted is not None  # chat_usage's dict always counts the output
     return replace(counted, prompt_reported=prompt_counted(usage))
@@ -47,6 +49,25 @@ def usage_of(usage: Any) -> Usage | None:
 
 def prompt_counted(usage: dict[str, Any]) -> bool:
     return sum(token_count(usage.get(k)) for k in PROMPT_FIELDS) > 0
+
+
+def prompt_usage_of(usage: dict[str, Any]) -> Usage | None:
+    """message_start's count of the prompt, if it counted one (the output is counted later)."""
+    if not prompt_counted(usage):
+        return None
+    counted = Usage.from_openai(chat_usage(usage))
+    return replace(counted, completion_tokens=0) if counted else None
+
+
+def merge_counts(into: dict[str, Any], usage: Any, *, start: bool = False) -> None:
+    """An event's usage into its stream's: a null says nothing, message_start's output count is a
+    placeholder (message_delta has the count), and a later 0 does not erase a prompt counted."""
+    for name, value in counts(usage).items():
+        if start and name == "output_tokens":
+            continue
+        if name in PROMPT_FIELDS and token_count(value) == 0 and token_count(into.get(name)) > 0:
+            continue
+        into[name] = value
 
 
 def chat_usage(usage: Any) -> dict[str, Any]:
@@ -137,8 +158,8 @@ class AnthropicStreamTranslator:
         if kind == "message_start":
             message = obj.get("message") or {}
             self._id = f"chatcmpl-{message.get('id', '')}"
-            self._usage.update(prompt_counts(message.get("usage")))
-            return ParsedChunk([self._chunk({"role": "assistant", "content": ""})])
+            merge_counts(self._usage, message.get("usage"), start=True)
+            return ParsedChunk([self._chunk({"role": "assistant", "content": ""})], prompt_usage=prompt_usage_of(self._usage))
         if kind == "content_block_start":
             block = obj.get("content_block") or {}
             if block.get("type") == "tool_use":
@@ -157,7 +178,7 @@ class AnthropicStreamTranslator:
                 return ParsedChunk([self._chunk({"tool_calls": [call]})])
             return ParsedChunk()  # thinking and signature deltas have no chat form
         if kind == "message_delta":
-            self._usage.update(counts(obj.get("usage")))
+            merge_counts(self._usage, obj.get("usage"))
             reason = (obj.get("delta") or {}).get("stop_reason")
             return ParsedChunk([self._chunk({}, FINISH_REASONS.get(reason or "", "stop"))])
         if kind == "message_stop":
@@ -174,7 +195,3 @@ def counts(usage: Any) -> dict[str, Any]:
     """An event's usage fields that say something: a null is no count (it must not hide one)."""
     return {k: v for k, v in usage.items() if v is not None} if isinstance(usage, dict) else {}
 
-
-def prompt_counts(usage: Any) -> dict[str, Any]:
-    """message_start's usage without its output count, a placeholder (message_delta has the count)."""
-    return {k: v for k, v in counts(usage).items() if k != "output_tokens"}

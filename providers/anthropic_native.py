@@ -13,14 +13,12 @@ translation reads it (`providers.anthropic_answer.usage_of`), for accounting, li
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 import orjson
 
 from kernel.errors import ProviderServerError, ProviderStreamError
-from kernel.values import Usage
-from providers.anthropic_answer import chat_usage, counts, prompt_counted, prompt_counts, usage_of
+from providers.anthropic_answer import merge_counts, prompt_usage_of, usage_of
 from providers.base import ParsedBody, ParsedChunk, Target, UpstreamRequest, typed_as
 
 MESSAGES = "messages"
@@ -79,13 +77,10 @@ class NativeStream:
             raw = b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
         if kind == "message_start":  # exact for the prompt only: the output is counted until message_delta
             message = obj.get("message")
-            self._usage.update(prompt_counts(message.get("usage") if isinstance(message, dict) else None))
-            if not prompt_counted(self._usage):
-                return ParsedChunk([raw])
-            prompt = Usage.from_openai(chat_usage(self._usage))
-            return ParsedChunk([raw], prompt_usage=replace(prompt, completion_tokens=0) if prompt else None)
+            merge_counts(self._usage, message.get("usage") if isinstance(message, dict) else None, start=True)
+            return ParsedChunk([raw], prompt_usage=prompt_usage_of(self._usage))
         if kind == "message_delta":
-            self._usage.update(counts(obj.get("usage")))
+            merge_counts(self._usage, obj.get("usage"))
             return ParsedChunk([raw], usage_of(self._usage))
         if kind == "message_stop":
             return ParsedChunk([raw], usage_of(self._usage), done=True)

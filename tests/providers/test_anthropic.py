@@ -167,6 +167,23 @@ def test_usage_is_counted_but_not_sent_when_the_client_did_not_ask() -> None:
     assert usage.completion_tokens == 12
 
 
+def test_the_translated_streams_prompt_count_comes_with_message_start_and_survives_a_later_zero() -> None:
+    translator = AnthropicAdapter().stream_translator(TARGET, "chat", {})
+    start = {"type": "message_start", "message": {"id": "msg_9", "usage": {"input_tokens": 500, "output_tokens": 1}}}
+    prompt = translator.feed("message_start", json.dumps(start).encode()).prompt_usage
+    assert prompt is not None and (prompt.prompt_tokens, prompt.completion_tokens) == (500, 0)
+    # A message_delta whose usage zeroes the prompt and counts no output: the prompt stays counted,
+    # and no usage is reported (message_start's output_tokens was a placeholder): the relayed text is counted.
+    zeroed = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"input_tokens": 0}}
+    translator.feed("message_delta", json.dumps(zeroed).encode())
+    assert translator.feed("message_stop", b'{"type":"message_stop"}').usage is None
+    counted = AnthropicAdapter().stream_translator(TARGET, "chat", {})
+    counted.feed("message_start", json.dumps(start).encode())
+    counted.feed("message_delta", json.dumps({**zeroed, "usage": {"input_tokens": 0, "output_tokens": 7}}).encode())
+    usage = counted.feed("message_stop", b'{"type":"message_stop"}').usage
+    assert usage is not None and usage.prompt_reported and (usage.prompt_tokens, usage.completion_tokens) == (500, 7)
+
+
 def test_an_error_event_mid_stream_breaks_it() -> None:
     translator = AnthropicAdapter().stream_translator(TARGET, "chat", {})
     translator.feed("message_start", json.dumps(TOOL_STREAM[0]).encode())

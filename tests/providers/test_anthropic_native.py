@@ -130,7 +130,8 @@ def test_a_prompt_counted_by_message_delta_or_by_cache_fields_alone_is_reported(
     [(None, None), ({}, None), ({"output_tokens": 4}, (False, 4)), ({"input_tokens": None, "output_tokens": 4}, (False, 4)),
      ({"input_tokens": 0, "output_tokens": 4}, (False, 4)),  # no prompt is 0 tokens
      ({"input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 4}, (False, 4)),
-     ({"input_tokens": 5, "output_tokens": 4}, (True, 4)), ({"input_tokens": 5}, None)],
+     ({"input_tokens": 5, "output_tokens": 4}, (True, 4)), ({"input_tokens": 5}, None),
+     ({"input_tokens": 0, "output_tokens": 0}, None)],  # zeros count nothing: estimated whole
 )
 def test_a_message_that_does_not_count_its_prompt_reports_so(usage: object, expected: tuple[bool, int] | None) -> None:
     body: dict[str, object] = {"id": "msg_1", "type": "message", "content": [{"type": "text", "text": "Hi"}]}
