@@ -163,6 +163,7 @@ class MessagesEndpoint(InferenceEndpoint):
                     message_id=message_id,
                     stop_sequences=request.stop_sequences,
                     thinking=request.thinking,
+                    input_tokens=_prompt_estimate(ctx),
                 )
                 answer = orjson.dumps(message)
             try:

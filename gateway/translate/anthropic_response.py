@@ -78,8 +78,15 @@ def reasoning(part: dict[str, Any]) -> str | None:
 
 
 def to_message(
-    chat: dict[str, Any], *, model: str, message_id: str, stop_sequences: tuple[str, ...], thinking: bool = False
+    chat: dict[str, Any],
+    *,
+    model: str,
+    message_id: str,
+    stop_sequences: tuple[str, ...],
+    thinking: bool = False,
+    input_tokens: int = 0,
 ) -> dict[str, Any]:
+    """`input_tokens`: the gateway's count of the prompt, shown where the upstream counted none."""
     choices = chat.get("choices") or [{}]
     choice = choices[0] if isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
@@ -105,8 +112,15 @@ def to_message(
         "content": content,
         "stop_reason": reason,
         "stop_sequence": sequence,
-        "usage": usage_block(Usage.from_openai(chat.get("usage"))),
+        "usage": _usage_or_count(Usage.from_openai(chat.get("usage")), input_tokens),
     }
+
+
+def _usage_or_count(usage: Usage | None, input_tokens: int) -> dict[str, Any]:
+    block = usage_block(usage)
+    if usage is None or not usage.prompt_reported:
+        block["input_tokens"] = input_tokens  # the upstream counted no prompt: the gateway's count
+    return block
 
 
 def _event(name: str, data: dict[str, Any]) -> bytes:
@@ -219,9 +233,7 @@ class MessagesStream:
             self._start(out)
         self._close(out)
         reason, sequence = stop_reason(self.finish, self.stop_sequences, bool(self.tool_blocks))
-        usage = usage_block(self.usage)
-        if self.usage is None or not self.usage.prompt_reported:
-            usage["input_tokens"] = self.input_tokens  # the upstream counted no prompt: keep the gateway's count
+        usage = _usage_or_count(self.usage, self.input_tokens)
         delta = {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence}, "usage": usage}
         out.append(_event("message_delta", delta))
         out.append(_event("message_stop", {"type": "message_stop"}))

@@ -141,6 +141,15 @@ def test_a_stream_whose_usage_counts_no_prompt_keeps_the_gateways_count_of_it() 
     assert got[-2][1]["usage"] == {"input_tokens": 9, "output_tokens": 4}
 
 
+def test_a_whole_answer_whose_usage_counts_no_prompt_shows_the_gateways_count_of_it() -> None:
+    body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+            "usage": {"completion_tokens": 4}}
+    message = to_message(body, model="m", message_id="msg_1", stop_sequences=(), input_tokens=9)
+    assert message["usage"] == {"input_tokens": 9, "output_tokens": 4}
+    counted = {**body, "usage": {"prompt_tokens": 12, "completion_tokens": 4}}
+    assert to_message(counted, model="m", message_id="msg_1", stop_sequences=(), input_tokens=9)["usage"]["input_tokens"] == 12
+
+
 def test_two_parallel_tool_calls_are_two_blocks() -> None:
     stream = MessagesStream(model="m", message_id="msg_1", input_tokens=1, stop_sequences=())
     calls = [
