@@ -22,8 +22,6 @@ class Usage:
     # Whether the upstream counted the prompt (a positive count: no prompt is 0 tokens): a usage
     # with output only must not bill it as free (the accountant estimates it, `gateway.pipeline.account`).
     prompt_reported: bool = field(default=True, compare=False)
-    # Requests the prompt was sent in (a fan-out's parts): an estimated prompt counts that many times.
-    prompt_parts: int = field(default=1, compare=False)
 
     @classmethod
     def from_openai(cls, usage: Mapping[str, Any] | None) -> Usage | None:
@@ -35,7 +33,7 @@ class Usage:
         if not usage or not isinstance(usage, Mapping):
             return None
         prompt, completion, total = usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get("total_tokens")
-        if not is_count(prompt) and token_count(total) > 0 and not is_count(completion):
+        if token_count(prompt) == 0 and token_count(total) > 0 and not is_count(completion):
             prompt = total  # embeddings upstreams that count only a total: all of it is the input
         if token_count(prompt) == 0 and token_count(completion) == 0:
             return None  # counts nothing (or only zeros): estimated whole, never free

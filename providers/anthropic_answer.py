@@ -156,7 +156,8 @@ class AnthropicStreamTranslator:
             raise self._fail("an invalid stream event") from None
         kind = obj.get("type") if isinstance(obj, dict) else None
         if kind == "message_start":
-            message = obj.get("message") or {}
+            message = obj.get("message")
+            message = message if isinstance(message, dict) else {}
             self._id = f"chatcmpl-{message.get('id', '')}"
             merge_counts(self._usage, message.get("usage"), start=True)
             return ParsedChunk([self._chunk({"role": "assistant", "content": ""})], prompt_usage=prompt_usage_of(self._usage))

@@ -49,7 +49,7 @@ def sum_usage(parts: Sequence[Any]) -> dict[str, Any] | None:
 def add_usages(parts: Iterable[Usage | None]) -> Usage | None:
     """The sum of the parts' usages (one request each for the same prompt); None if any part
     reported none. A part that counted its output but not its prompt is given a part's prompt
-    that was counted; where none was, the prompt is the estimate's, once a part (`prompt_parts`)."""
+    that was counted; where none was, the prompt is estimated (once a part: `RequestContext.prompt_requests`)."""
     items = list(parts)
     if not items or any(u is None for u in items):
         return None
@@ -62,7 +62,6 @@ def add_usages(parts: Iterable[Usage | None]) -> Usage | None:
         cached_tokens=sum(u.cached_tokens for u in usages),
         cache_reported=all(u.cache_reported for u in usages),
         prompt_reported=bool(counted),
-        prompt_parts=len(usages),
     )
 
 

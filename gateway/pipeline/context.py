@@ -61,6 +61,8 @@ class RequestContext:
     usage_estimated: bool = False
     # The prompt's exact usage reported before the final one (`ParsedChunk.prompt_usage`).
     prompt_usage: Usage | None = None
+    # Upstream requests the prompt went in (a fan-out's parts): an estimated prompt counts each.
+    prompt_requests: int = 1
     output_chars: int = 0
     output_pieces: int = 0
     ttft: float | None = None

@@ -108,20 +108,21 @@ def count_events(ctx: RequestContext, events: list[bytes]) -> None:
 
 
 def _prompt(ctx: RequestContext) -> tuple[int, int]:
-    """The prompt's tokens and cached tokens: the upstream's own count if it came before the
-    output, else the route's estimate (cl100k over the chat view, as routing counted it)."""
+    """The prompt's tokens and cached tokens, for each upstream request it went in (a fan-out
+    sends it once a part): the upstream's own count if it came before the output, else the
+    route's estimate (cl100k over the chat view, as routing counted it)."""
+    times = ctx.prompt_requests
     if ctx.prompt_usage is not None and ctx.prompt_usage.prompt_reported:
-        return ctx.prompt_usage.prompt_tokens, ctx.prompt_usage.cached_tokens
+        return ctx.prompt_usage.prompt_tokens * times, ctx.prompt_usage.cached_tokens * times
     features = getattr(ctx.route, "features", None)
-    return (int(features.prompt_tokens) if features is not None else len(str(ctx.body)) // 4 + 1), 0
+    return (int(features.prompt_tokens) if features is not None else len(str(ctx.body)) // 4 + 1) * times, 0
 
 
 def with_estimated_prompt(ctx: RequestContext, usage: Usage) -> Usage:
     """A usage whose upstream counted the output but not the prompt, with the prompt estimated
     (once for each request it was sent in)."""
     prompt, cached = _prompt(ctx)
-    parts = usage.prompt_parts
-    return Usage(prompt_tokens=prompt * parts, completion_tokens=usage.completion_tokens, cached_tokens=cached * parts)
+    return Usage(prompt_tokens=prompt, completion_tokens=usage.completion_tokens, cached_tokens=cached)
 
 
 def estimated_usage(ctx: RequestContext) -> Usage:

@@ -36,6 +36,7 @@ def fan_out_count(ctx: RequestContext, endpoint: Endpoint) -> int:
 
 async def fan_out(ctx: RequestContext, endpoint: Endpoint, n: int, attempt: Attempt) -> Completed | Streaming:
     bodies = sub_bodies(ctx.body_for(endpoint.id), n)
+    ctx.prompt_requests = n
     if not ctx.stream:
         parts, usages = [], []
         for body in bodies:

@@ -184,6 +184,12 @@ def test_the_translated_streams_prompt_count_comes_with_message_start_and_surviv
     assert usage is not None and usage.prompt_reported and (usage.prompt_tokens, usage.completion_tokens) == (500, 7)
 
 
+def test_a_message_start_whose_message_is_not_an_object_is_read_as_empty() -> None:
+    translator = AnthropicAdapter().stream_translator(TARGET, "chat", {})
+    chunk = translator.feed("message_start", b'{"type":"message_start","message":"x"}')
+    assert chunk.prompt_usage is None and json.loads(chunk.payloads[0])["id"] == "chatcmpl-"
+
+
 def test_an_error_event_mid_stream_breaks_it() -> None:
     translator = AnthropicAdapter().stream_translator(TARGET, "chat", {})
     translator.feed("message_start", json.dumps(TOOL_STREAM[0]).encode())

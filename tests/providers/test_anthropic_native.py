@@ -113,6 +113,16 @@ def test_message_starts_output_count_is_a_placeholder_never_the_answers() -> Non
     assert stream.feed("message_stop", b'{"type":"message_stop"}').usage is None
 
 
+def test_a_later_zero_does_not_erase_a_counted_prompt_and_zeros_alone_count_nothing() -> None:
+    stream = AnthropicAdapter().native_stream(TARGET, "messages")
+    start = {"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 25, "output_tokens": 1}}}
+    stream.feed("message_start", json.dumps(start).encode())
+    usage = stream.feed("message_delta", _delta(15, input_tokens=0)).usage
+    assert usage is not None and usage.prompt_reported and (usage.prompt_tokens, usage.completion_tokens) == (25, 15)
+    zeros = AnthropicAdapter().native_stream(TARGET, "messages")
+    assert zeros.feed("message_delta", _delta(0, input_tokens=0)).usage is None
+
+
 def test_a_prompt_counted_by_message_delta_or_by_cache_fields_alone_is_reported() -> None:
     late = AnthropicAdapter().native_stream(TARGET, "messages")
     usage = late.feed("message_delta", _delta(9, input_tokens=5)).usage

@@ -218,5 +218,6 @@ def test_usage_from_openai_says_whether_the_prompt_was_counted() -> None:
     assert flags({"total_tokens": 30}) == (30, 0, True)  # an embeddings upstream that counts a total only
     assert flags({"total_tokens": 30, "completion_tokens": 7}) == (0, 7, False)  # not split: the prompt estimated
     assert flags({"prompt_tokens": 8, "total_tokens": 8}) == (8, 0, True)  # embeddings
+    assert flags({"prompt_tokens": 0, "total_tokens": 12}) == (12, 0, True)  # a 0 prompt is no count: the total is
     assert flags({"total_tokens": "30"}) is None and flags({"service_tier": "x"}) is None
     assert flags({"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}) is None  # zeros count nothing

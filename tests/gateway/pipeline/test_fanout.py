@@ -33,3 +33,21 @@ async def test_parts_that_counted_no_prompt_are_billed_the_estimate_for_each_par
     assert isinstance(merged, Completed) and len(orjson.loads(merged.body)["choices"]) == 2
     record = Accountant(lambda _: Price(input=1.0, output=1.0), lambda: 1.0).record(ctx)
     assert (record.prompt_tokens, record.completion_tokens) == (100, 6) and record.usage_estimated
+
+
+async def test_a_part_without_usage_leaves_the_whole_to_the_estimate_with_the_prompt_once_a_part() -> None:
+    ctx = RequestContext(request_id="r", op="chat", started=0.0, body={"model": "m", "n": 3}, model="m", endpoint_id="p/m")
+    ctx.route = SimpleNamespace(features=SimpleNamespace(prompt_tokens=50, max_output_tokens=None))  # type: ignore[assignment]
+    ctx.committed = True
+    reported = iter([Usage(100, 20), None, Usage(100, 20)])
+
+    async def attempt(ctx: RequestContext, endpoint: Endpoint, body: dict[str, Any]) -> Completed:
+        ctx.usage = next(reported)
+        chat = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "x" * 40}}]}
+        return Completed(orjson.dumps(chat))
+
+    endpoint: Any = SimpleNamespace(id="p/m")
+    await fan_out(ctx, endpoint, 3, attempt)
+    assert ctx.usage is None
+    record = Accountant(lambda _: Price(input=1.0, output=1.0), lambda: 1.0).record(ctx)
+    assert record.prompt_tokens == 150 and record.usage_estimated  # the prompt went in 3 requests
