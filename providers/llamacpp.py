@@ -59,7 +59,7 @@ from typing import Any
 
 import orjson
 
-from kernel.errors import ProviderServerError
+from kernel.errors import ProviderRejected, ProviderServerError
 from kernel.values import Operation
 from providers import anthropic_native
 from providers.base import ParsedBody, ParsedChunk, Target, UpstreamRequest
@@ -87,6 +87,12 @@ class LlamaCppAdapter(OpenAICompatAdapter):
         for name, value in _OPENAI_SAMPLING:
             payload.setdefault(name, value)
         messages = payload.get("messages")
+        if isinstance(messages, list) and (where := _unparsable_arguments(messages)):
+            # llama-server parses each earlier call's arguments to render its template and answers
+            # a 500 otherwise (retried, a 502, and counted against the engine for a client's input).
+            raise ProviderRejected(
+                f"{where} is not valid JSON, which llama.cpp needs to render the conversation", param=where, endpoint=target.endpoint_id
+            )
         if isinstance(messages, list) and any(_lacks_content(m) for m in messages):
             payload["messages"] = messages = [{**m, "content": ""} if _lacks_content(m) else m for m in messages]
         choice = payload.get("tool_choice")
@@ -253,6 +259,21 @@ def _prefix_call_ids(calls: Any) -> None:
         call_id = call.get("id")
         if isinstance(call_id, str) and call_id and not call_id.startswith(_CALL_ID_PREFIX):
             call["id"] = _CALL_ID_PREFIX + call_id
+
+
+def _unparsable_arguments(messages: list[Any]) -> str | None:
+    """Where the first earlier tool call whose string arguments are not JSON is, if any."""
+    for i, message in enumerate(messages):
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        for j, call in enumerate(calls if isinstance(calls, list) else ()):
+            function = call.get("function") if isinstance(call, dict) else None
+            arguments = function.get("arguments") if isinstance(function, dict) else None
+            if isinstance(arguments, str):
+                try:
+                    orjson.loads(arguments)
+                except orjson.JSONDecodeError:
+                    return f"messages[{i}].tool_calls[{j}].function.arguments"
+    return None
 
 
 def _lacks_content(message: Any) -> bool:

@@ -552,3 +552,22 @@ def test_a_passed_through_stream_without_message_start_gets_one_first() -> None:
                                                   "content": [], "usage": {"input_tokens": 3, "output_tokens": 0}}}
     kept = _events(ADAPTER.native_stream(TARGET, "messages"), [begun, block, delta])
     assert len(kept) == 3 and b"chatcmpl-1" in kept[0]  # a stream that has one is left as it is
+
+
+@pytest.mark.parametrize("arguments", ["{", "", "not json", '{"city": "Paris"'])
+def test_history_with_tool_call_arguments_the_engine_cannot_parse_is_refused_before_it_is_sent(arguments: str) -> None:
+    # llama-server parses every earlier call's arguments as JSON to render its template, and answers
+    # a 500 otherwise: retried, a 502, and counted against the engine's breaker for a client's input.
+    from kernel.errors import ProviderRejected
+
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+    body = {"model": "m", "messages": [{"role": "user", "content": "Weather?"},
+                                       {"role": "assistant", "content": None, "tool_calls": [call]},
+                                       {"role": "tool", "tool_call_id": "call_1", "content": "21 C"}]}
+    with pytest.raises(ProviderRejected) as refused:
+        ADAPTER.build_request(TARGET, "chat", body, False)
+    assert refused.value.status_code == 400 and not refused.value.counts_against_endpoint
+    assert "messages[1].tool_calls[0].function.arguments" in refused.value.client_message()
+    fine = {**call, "function": {**call["function"], "arguments": '{"city": "Paris"}'}}
+    body["messages"][1] = {**body["messages"][1], "tool_calls": [fine]}
+    ADAPTER.build_request(TARGET, "chat", body, False)  # valid JSON goes as it is
