@@ -195,4 +195,3 @@ class AnthropicStreamTranslator:
 def counts(usage: Any) -> dict[str, Any]:
     """An event's usage fields that say something: a null is no count (it must not hide one)."""
     return {k: v for k, v in usage.items() if v is not None} if isinstance(usage, dict) else {}
-

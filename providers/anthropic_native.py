@@ -90,7 +90,6 @@ class NativeStream:
         return ParsedChunk([raw])  # event types added later pass as they are
 
 
-
 def build_native(
     target: Target, body: Mapping[str, Any], stream: bool, headers: Mapping[str, str], base: Mapping[str, str]
 ) -> UpstreamRequest:

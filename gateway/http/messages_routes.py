@@ -36,6 +36,7 @@ from gateway.http.openai_routes import (
 )
 from gateway.pipeline.context import NativeRequest, RequestContext
 from gateway.pipeline.count import count_prompt, counting_endpoint
+from gateway.pipeline.estimate import routed_prompt_tokens
 from gateway.pipeline.native import PASSTHROUGH, native_only
 from gateway.pipeline.outcome import Completed
 from gateway.pipeline.resolve import resolve
@@ -112,13 +113,6 @@ def _native(scope: Scope, body: dict[str, Any]) -> NativeRequest:
     return NativeRequest.of("messages", body, headers)
 
 
-def _prompt_estimate(ctx: RequestContext) -> int:
-    """The routed request's prompt size (exact where routing counted it): message_start's
-    input_tokens until message_delta brings the upstream's own count."""
-    features = getattr(ctx.route, "features", None)
-    return int(features.prompt_tokens) if features is not None else 0
-
-
 class MessagesEndpoint(InferenceEndpoint):
     """POST /v1/messages: the chat pipeline between two translations."""
 
@@ -163,7 +157,7 @@ class MessagesEndpoint(InferenceEndpoint):
                     message_id=message_id,
                     stop_sequences=request.stop_sequences,
                     thinking=request.thinking,
-                    input_tokens=_prompt_estimate(ctx),
+                    input_tokens=routed_prompt_tokens(ctx) or 0,
                 )
                 answer = orjson.dumps(message)
             try:
@@ -176,7 +170,7 @@ class MessagesEndpoint(InferenceEndpoint):
             framing = MessagesStream(
                 model=request.model,
                 message_id=message_id,
-                input_tokens=_prompt_estimate(ctx),
+                input_tokens=routed_prompt_tokens(ctx) or 0,
                 stop_sequences=request.stop_sequences,
                 thinking=request.thinking,
             )

@@ -107,6 +107,12 @@ def count_events(ctx: RequestContext, events: list[bytes]) -> None:
             ctx.output_pieces += 1
 
 
+def routed_prompt_tokens(ctx: RequestContext) -> int | None:
+    """The prompt's size as routing counted it (cl100k over the chat view), if the request was routed."""
+    features = getattr(ctx.route, "features", None)
+    return int(features.prompt_tokens) if features is not None else None
+
+
 def _prompt(ctx: RequestContext) -> tuple[int, int]:
     """The prompt's tokens and cached tokens, for each upstream request it went in (a fan-out
     sends it once a part): the upstream's own count if it came before the output, else the
@@ -114,8 +120,8 @@ def _prompt(ctx: RequestContext) -> tuple[int, int]:
     times = ctx.prompt_requests
     if ctx.prompt_usage is not None and ctx.prompt_usage.prompt_reported:
         return ctx.prompt_usage.prompt_tokens * times, ctx.prompt_usage.cached_tokens * times
-    features = getattr(ctx.route, "features", None)
-    return (int(features.prompt_tokens) if features is not None else len(str(ctx.body)) // 4 + 1) * times, 0
+    routed = routed_prompt_tokens(ctx)
+    return (routed if routed is not None else len(str(ctx.body)) // 4 + 1) * times, 0
 
 
 def with_estimated_prompt(ctx: RequestContext, usage: Usage) -> Usage:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gateway.pipeline.context import NativeRequest, RequestContext
+from gateway.pipeline.estimate import routed_prompt_tokens
 from kernel.errors import GatewayError
 from providers.base import NativeAdapter, ParsedBody, StreamTranslator, UpstreamRequest
 from providers.call import open_call
@@ -80,9 +81,7 @@ async def call(
 
 def stream_translator(ctx: RequestContext, endpoint: Endpoint) -> StreamTranslator:
     native, adapter = _pair(ctx, endpoint)
-    features = getattr(ctx.route, "features", None)
-    hint = int(features.prompt_tokens) if features is not None else 0
-    return adapter.native_stream(endpoint.target, native.api, prompt_hint=hint)
+    return adapter.native_stream(endpoint.target, native.api, prompt_hint=routed_prompt_tokens(ctx) or 0)
 
 
 class PassThroughFraming:
