@@ -91,12 +91,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=2000)
     ap.add_argument("--alpha", type=float, default=0.1)
-    ap.add_argument("--kappa", type=float, default=0.5)
+    ap.add_argument("--kappa", type=float, default=None, help="kappa * p^(kappa - 1); default: its mixture over kappa")
     ap.add_argument("--seed", type=int, default=22)
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     fl = floors(ProbeSettings())
-    print(f"p-value floors at the default settings; e = kappa p^(kappa-1), kappa {args.kappa}")
+    calibrator = "the mixture over kappa" if args.kappa is None else f"kappa {args.kappa}"
+    print(f"p-value floors at the default settings; e = kappa p^(kappa-1), {calibrator}")
     print(f"{'':<50} {'p floor':>9} {'e max':>7}")
     for name, p in fl.items():
         print(f"{name:<50} {p:>9.2e} {calibrate(p, args.kappa):>7.1f}")
@@ -118,7 +119,7 @@ def main() -> None:
         e = float(np.prod([calibrate(p, args.kappa) for p in fs]))
         print(f"  {name:<58} e <= {e:>9.3g}   n <= {int(e * args.alpha):>7}   n <= {int(5 * e * args.alpha):>7}")
     print()
-    print(f"e-BH at FDR {args.alpha}, calibrator kappa {args.kappa}, {args.rounds} rounds per row")
+    print(f"e-BH at FDR {args.alpha}, calibrator {calibrator}, {args.rounds} rounds per row")
     print(
         f"{'n':>4} {'faulty':>6} {'probes':>6} {'floors':>7} {'fault p':>8} | {'bound':>6} |"
         f" {'e-BH: FDR':>9} {'power':>6} | {'gate: FDR':>9} {'power':>6} | {'alone: FDR':>10} {'power':>6}"

@@ -7,7 +7,8 @@ whose data are fresh by design: on-demand audits and confirmatory rounds (schedu
 left out, or an honest endpoint's hourly passes would shrink it). Each factor is valid given the
 past (its round was decided on before its data were drawn), so the product is a test
 supermartingale and its value when a demotion is proposed is an e-value (Ville). A result's
-e-value is its own-grounds p-value through the calibrator kappa * p^(kappa - 1), or a fixed share of
+e-value is its own-grounds p-value through a calibrator (`probes.fleet.kappa`: kappa * p^(kappa - 1),
+by default its mixture over kappa, `probes.stats.evalues.calibrate_mixture`), or a fixed share of
 it (`fleet_weight` in its details; the rest stays 1) where a check's p-value is 1 on every honest
 endpoint; a comparison with the reference alone carries none (e = 1): another correct engine fails it.
 Results of one round read the same answers (the usage-consistency check reads the counts of the
@@ -73,7 +74,7 @@ class RoundStore(KeyValue, Protocol):
     async def lease_release(self, key: str, owner: str) -> None: ...
 
 
-def result_e(r: ProbeResult, kappa: float) -> float:
+def result_e(r: ProbeResult, kappa: float | None) -> float:
     """The e-value of one result against "this endpoint is honest", whichever engine serves it."""
     if r.verdict not in ("pass", "fail"):
         return 1.0
@@ -84,14 +85,14 @@ def result_e(r: ProbeResult, kappa: float) -> float:
         return 1.0
     e = calibrate(min(1.0, max(0.0, float(p))), kappa)
     # A check may stake a share w of its e-value on its test, fixed before its data: (1 - w) + w * e
-    # is an e-value too, and a pass costs 1 - w * (1 - kappa) instead of kappa (probes.consistency).
+    # is an e-value too, and a pass at p = 1 costs 1 - w / 2 instead of 1 / 2 (probes.consistency).
     w = details.get("fleet_weight")
     if isinstance(w, int | float) and not isinstance(w, bool) and 0 <= w <= 1:
         e = (1 - w) + w * e if w > 0 else 1.0  # at p = 0, e is inf, and 0 * inf is NaN
     return min(E_CAP, e)
 
 
-def audit_e(results: Iterable[ProbeResult], kappa: float) -> float:
+def audit_e(results: Iterable[ProbeResult], kappa: float | None) -> float:
     e = 1.0
     for r in results:
         e = min(E_CAP, e * result_e(r, kappa))

@@ -75,7 +75,7 @@ class ConsistencySettings(Frozen):
     tolerated_share: float = Field(0.01, gt=0, lt=1)
     alpha: float = Field(0.01, gt=0, lt=1)
     # The share of its e-value the fleet's e-BH stakes on this check (probes.fleet): its p-value is 1
-    # on every honest endpoint, where the whole calibrator would cost kappa (0.5) a round and hold back
+    # on every honest endpoint, where the whole calibrator would cost 0.5 a round and hold back
     # other probes' demotions; a substitution it catches (p ~ 1e-50) still reaches any bar.
     fleet_weight: float = Field(0.05, ge=0, le=1)
 
@@ -151,7 +151,9 @@ class FleetSettings(Frozen):
     enabled: bool = True
     alpha: float = Field(0.1, gt=0, lt=1)  # the FDR bound over the demotions of one round
     round_seconds: float = Field(86_400.0, gt=0)  # one audit round (UTC-aligned)
-    kappa: float = Field(0.5, gt=0, lt=1)  # the p-to-e calibrator kappa * p^(kappa - 1)
+    # The p-to-e calibrator kappa * p^(kappa - 1); None (the default) averages it over kappa in (0, 1),
+    # which gives strong evidence 3-6 times the e-value of kappa 0.5 (probes.stats.evalues).
+    kappa: float | None = Field(None, gt=0, lt=1)
 
 
 class ToolMonitorSettings(Frozen):

@@ -6,6 +6,8 @@ threshold c with false alarms at least c windows apart on average (Shin, Ramdas,
 
 from __future__ import annotations
 
+import math
+
 from probes.settings import HealthSettings
 
 
@@ -23,13 +25,31 @@ def window_e(p: float | None, alpha: float, health: HealthSettings) -> float:
     return window_e_value(p, alpha, low=health.window_e_low, high=health.window_e_high)
 
 
-def calibrate(p: float, kappa: float = 0.5) -> float:
-    """The p-to-e calibrator `κ·p^(κ−1)` for κ in (0, 1): any valid p gives a valid e."""
+def calibrate(p: float, kappa: float | None = 0.5) -> float:
+    """The p-to-e calibrator `κ·p^(κ−1)` for κ in (0, 1), or with κ None its mixture over κ
+    (`calibrate_mixture`): any valid p gives a valid e."""
+    if kappa is None:
+        return calibrate_mixture(p)
     if not 0 < kappa < 1:
         raise ValueError("kappa must be in (0, 1)")
     if not 0 <= p <= 1:
         raise ValueError("p must be in [0, 1]")
     return float("inf") if p == 0 else kappa * p ** (kappa - 1)
+
+
+def calibrate_mixture(p: float) -> float:
+    """`κ·p^(κ−1)` averaged over κ uniform on (0, 1): `(1 − p + p·ln p) / (p·(ln p)²)` (Vovk and
+    Wang 2021), a valid calibrator that needs no κ. It gives about 1/(p·ln²p) at small p (1,343 at
+    5e-6, where κ = 0.5 gives 224) and costs a passing p-value little more (0.64 at p = 0.5, κ = 0.5:
+    0.71; 0.5 at p = 1, as κ = 0.5)."""
+    if not 0 <= p <= 1:
+        raise ValueError("p must be in [0, 1]")
+    if p == 0:
+        return float("inf")
+    q = -math.log(p)
+    if q < 1e-3:  # the closed form cancels near p = 1: its series in q = -ln p, error below 1e-12
+        return math.exp(q) * (0.5 - q / 3 + q * q / 8 - q**3 / 30)
+    return (-math.expm1(-q) - q * p) / (p * q * q)
 
 
 def ecusum_update(previous: float, e: float) -> float:

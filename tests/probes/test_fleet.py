@@ -69,7 +69,7 @@ def test_a_check_staking_nothing_adds_nothing_even_at_p_zero() -> None:
 async def test_e_bh_over_the_round_s_proposed_demotions() -> None:
     """10 endpoints at FDR 0.1: one demotion needs e >= 100, two need e >= 50 each."""
     clock = FakeClock(start=10 * DAY)
-    ledger = FleetLedger(MemoryStore(clock), FleetSettings(alpha=0.1), lambda: 10, prefix="t-fleet-1:")
+    ledger = FleetLedger(MemoryStore(clock), FleetSettings(alpha=0.1, kappa=0.5), lambda: 10, prefix="t-fleet-1:")
     e = calibrate(0.0004, 0.5)  # 25
     for ep in ("a", "b"):
         assert await ledger.record(ep, [res(p=0.0004), res(p=0.0004)], now=clock()) == pytest.approx(e * e)  # 625
@@ -96,7 +96,7 @@ async def test_the_runner_holds_back_a_demotion_the_fleet_does_not_admit() -> No
         script = Script({"logprob_drift": ["fail"], "distribution": ["fail"]})
         runner, health, clock = make_runner(script)
         runner.fleet = FleetLedger(
-            MemoryStore(clock), FleetSettings(alpha=0.1), lambda n=fleet: n, prefix=f"t-fleet-{fleet}:"
+            MemoryStore(clock), FleetSettings(alpha=0.1, kappa=0.5), lambda n=fleet: n, prefix=f"t-fleet-{fleet}:"
         )
         report = await runner.run(A.id, ["logprob_drift"], trigger="manual")
         assert health.state(A.id) == expected, report.rounds[-1].decision.reason
@@ -129,7 +129,7 @@ async def test_a_held_endpoint_does_not_lower_the_bar_for_the_next() -> None:
     """n = 10, alpha = 0.1: demotion j of the round needs e >= 100 / j. A held endpoint is not
     demoted, so it is not one of the j: B (60) after A (60) held still needs 100, and is held."""
     clock = FakeClock(start=10 * DAY)
-    ledger = FleetLedger(MemoryStore(clock), FleetSettings(alpha=0.1), lambda: 10, prefix="t-fleet-h:")
+    ledger = FleetLedger(MemoryStore(clock), FleetSettings(alpha=0.1, kappa=0.5), lambda: 10, prefix="t-fleet-h:")
     for ep, e in (("a", 60.0), ("b", 60.0), ("c", 120.0)):
         await ledger.record(ep, e_of(e), now=clock())
     a = await ledger.gate("a", now=clock())
@@ -151,7 +151,7 @@ async def test_a_demotion_keeps_the_e_value_it_was_admitted_with() -> None:
     """An endpoint's e-value when it was demoted is its stopped test supermartingale: later rounds
     on probation do not take that rejection back, and it still counts for the next one's bar."""
     clock = FakeClock(start=10 * DAY)
-    ledger = FleetLedger(MemoryStore(clock), FleetSettings(alpha=0.1), lambda: 10, prefix="t-fleet-f:")
+    ledger = FleetLedger(MemoryStore(clock), FleetSettings(alpha=0.1, kappa=0.5), lambda: 10, prefix="t-fleet-f:")
     await ledger.record("c", e_of(120.0), now=clock())
     assert (await ledger.gate("c", now=clock())).allowed
     for _ in range(3):  # three clean rounds (p = 1: e = 0.5 each): 120 -> 15
@@ -170,7 +170,7 @@ async def test_every_demoted_set_is_one_e_bh_rejects() -> None:
     for trial in range(40):
         clock = FakeClock(start=10 * DAY)
         n = int(rng.integers(3, 15))
-        ledger = FleetLedger(MemoryStore(clock), FleetSettings(alpha=0.1), lambda n=n: n, prefix=f"t-fleet-p{trial}:")
+        ledger = FleetLedger(MemoryStore(clock), FleetSettings(alpha=0.1, kappa=0.5), lambda n=n: n, prefix=f"t-fleet-p{trial}:")
         for _ in range(3 * n):
             ep = f"ep{int(rng.integers(n))}"
             await ledger.record(ep, e_of(float(np.exp(rng.uniform(0, np.log(4 * n / 0.1))))), now=clock())
@@ -218,7 +218,7 @@ async def shared_store(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
 
 async def test_two_replicas_writing_the_round_at_once_lose_no_update(shared_store: Any) -> None:
     now = 10 * DAY
-    replicas = [FleetLedger(shared_store, FleetSettings(alpha=0.1), lambda: 10) for _ in range(2)]
+    replicas = [FleetLedger(shared_store, FleetSettings(alpha=0.1, kappa=0.5), lambda: 10) for _ in range(2)]
     # Each replica records 8 endpoints of its own and one endpoint both audit (3 factors of 2 each).
     jobs = [replicas[i % 2].record(f"ep{i}", e_of(200.0), now=now) for i in range(16)]
     jobs += [replicas[i % 2].record("both", [res("pass", p=0.0625)], now=now) for i in range(3)]  # e = 2
@@ -252,7 +252,7 @@ async def test_a_proposed_demotion_is_held_at_suspect_when_the_fleet_s_round_is_
 ) -> None:
     script = Script({"logprob_drift": ["fail"], "distribution": ["fail"]})
     runner, health, _ = make_runner(script)
-    runner.fleet = FleetLedger(Down(), FleetSettings(alpha=0.1), lambda: 10)
+    runner.fleet = FleetLedger(Down(), FleetSettings(alpha=0.1, kappa=0.5), lambda: 10)
     with caplog.at_level("WARNING", logger="gateway.probes"):
         report = await runner.run(A.id, ["logprob_drift"], trigger="manual")
     assert health.state(A.id) == "suspect"
@@ -277,7 +277,7 @@ async def test_an_endpoint_demoted_this_round_is_never_also_held() -> None:
     stands as admitted: it stays demoted and is not counted as held as well."""
     clock = FakeClock(start=10 * DAY)
     size = {"n": 10}
-    ledger = FleetLedger(MemoryStore(clock), FleetSettings(alpha=0.1), lambda: size["n"], prefix="t-fleet-x:")
+    ledger = FleetLedger(MemoryStore(clock), FleetSettings(alpha=0.1, kappa=0.5), lambda: size["n"], prefix="t-fleet-x:")
     await ledger.record("c", e_of(120.0), now=clock())
     assert (await ledger.gate("c", now=clock())).allowed
     size["n"] = 20  # the bar for one is 200 now
@@ -287,3 +287,39 @@ async def test_an_endpoint_demoted_this_round_is_never_also_held() -> None:
     row = next(r for r in snap["endpoints"] if r["endpoint"] == "c")
     assert row["demoted"] and not row["held"]
     assert (snap["demoted"], snap["held"]) == (1, 0)
+
+
+# -- the default calibrator (review of the weights drill: a confirmed fault held at e = 28.2 < 90) --
+
+
+def ffn_down_audit(distribution_confirm_p: float) -> list[list[ProbeResult]]:
+    """An audit's two rounds as the drill's re-quantized endpoint had them: drift failing against the
+    reference (no e-value), fidelity and the staked consistency check passing, then in the
+    confirmatory round drift's golden window, fidelity and consistency passing and the distribution
+    test confirming the fault. The passes sit near p = 1, where each costs the most."""
+    reference_only = ProbeResult("logprob_drift", "fail", 10, p_value=5e-5, grounds="reference", details={"self_p_value": None})
+    consistency = ProbeResult("consistency", "pass", 10, p_value=1.0, details={"fleet_weight": 0.05})
+    first = [reference_only, ProbeResult("fidelity", "pass", 10, p_value=0.8), consistency]
+    confirm = [
+        ProbeResult("logprob_drift", "fail", 10, p_value=5e-5, grounds="reference", details={"self_p_value": 0.9}),
+        ProbeResult("fidelity", "pass", 10, p_value=0.95),
+        ProbeResult("distribution", "fail", 10, p_value=distribution_confirm_p),
+        consistency,
+    ]
+    return [first, confirm]
+
+
+async def test_a_fault_confirmed_at_the_floor_is_the_first_demotion_of_a_fleet_of_nine() -> None:
+    """Nine endpoints at FDR 0.1: the round's first demotion needs e >= 90. The re-quantized endpoint
+    confirmed at the distribution test's floor (p = 5e-6) reaches it with the default calibrator (its
+    mixture over kappa: e = 1,343 for the confirmation), where kappa 0.5 (224, times about 0.14 for the
+    passes: e = 32) held it back, as it did on the weights drill's seed 2 (e = 28.2)."""
+    for settings, admitted in ((FleetSettings(alpha=0.1), True), (FleetSettings(alpha=0.1, kappa=0.5), False)):
+        clock = FakeClock(start=10 * DAY)
+        ledger = FleetLedger(MemoryStore(clock), settings, lambda: 9, prefix=f"t-fleet-m{settings.kappa}:")
+        for results in ffn_down_audit(5e-6):
+            await ledger.record("requantized", results, now=clock())
+        gate = await ledger.gate("requantized", now=clock())
+        assert gate.allowed is admitted, gate.describe()
+        assert gate.needed == pytest.approx(90.0)
+    assert FleetSettings().kappa is None

@@ -22,6 +22,7 @@ from gateway.http.admin_openapi import openapi
 from gateway.state import AppState
 from probes.base import Effect, ProbeContext, ProbeResult, Verdict
 from probes.registry import ProbeRegistry
+from probes.stats.evalues import calibrate_mixture
 from providers.http_mock import MockHTTPClient
 from tests.gateway.persistence.app_helpers import ADMIN, ADMIN_KEY, answer, settings
 
@@ -114,7 +115,8 @@ def test_the_route_needs_the_admin_key_and_is_described(client: TestClient) -> N
 
 
 def test_the_fleet_route_reports_the_round_s_false_discovery_control(client: TestClient) -> None:
-    """After an audit whose fidelity fails twice (p = 0.001: e = 15.8 a round), the round's figures."""
+    """After an audit whose fidelity fails twice (p = 0.001: e = 20.8 a round with the default
+    calibrator), the round's figures."""
     body = {"provider": "p", "probes": ["fidelity"]}
     with client.stream("POST", "/admin/api/probes/run", json=body, headers=ADMIN) as response:
         events = [json.loads(line) for line in response.iter_lines() if line]
@@ -124,8 +126,8 @@ def test_the_fleet_route_reports_the_round_s_false_discovery_control(client: Tes
     doc = fleet.json()
     assert (doc["object"], doc["method"], doc["alpha"]) == ("probe.fleet", "e-BH", 0.1)
     (row,) = [r for r in doc["endpoints"] if r["proposed"]]
-    assert row["e_value"] == pytest.approx((0.5 / 0.001**0.5) ** 2)
-    # Two endpoints in the catalog at FDR 0.1: the bar is 2 / (0.1 * 1) = 20 <= 250, so it is demoted.
+    assert row["e_value"] == pytest.approx(calibrate_mixture(0.001) ** 2)
+    # Two endpoints in the catalog at FDR 0.1: the bar is 2 / (0.1 * 1) = 20 <= 432, so it is demoted.
     assert (doc["n"], doc["k"], doc["threshold"], doc["demoted"], doc["held"]) == (2, 1, 20.0, 1, 0)
     assert any(e["event"] == "transition" and e["to"] == "demoted" and "e-BH" in e["reason"] for e in events)
     assert client.get("/admin/api/probes/fleet").status_code == 401

@@ -3,7 +3,7 @@ import pytest
 from scipy import integrate
 
 from probes.settings import HealthSettings
-from probes.stats.evalues import calibrate, ecusum_update, window_e, window_e_value
+from probes.stats.evalues import calibrate, calibrate_mixture, ecusum_update, window_e, window_e_value
 
 
 def test_window_e_value():
@@ -26,6 +26,31 @@ def test_calibrator_has_mean_one_under_uniform_p():
     assert calibrate(0.0) == float("inf")
     with pytest.raises(ValueError):
         calibrate(0.5, 1.0)
+
+
+def test_the_mixture_calibrator_is_kappa_s_calibrator_averaged_over_kappa() -> None:
+    for p in (5e-6, 1e-3, 0.05, 0.5, 0.99, 0.999, 0.9995, 1 - 1e-9, 1.0):
+        averaged, _ = integrate.quad(lambda k, p=p: k * p ** (k - 1), 0, 1)
+        assert calibrate_mixture(p) == pytest.approx(averaged, rel=1e-9), p
+        assert calibrate(p, None) == calibrate_mixture(p)
+    # A valid calibrator: mean 1 under a uniform p. Integrated in t = -ln p, where its 1/(p ln^2 p)
+    # singularity at p = 0 is a 1/t^2 tail: past t = 700 (p = 1e-304) that tail is 1/700 to 1e-300.
+    head, _ = integrate.quad(lambda t: calibrate_mixture(float(np.exp(-t))) * np.exp(-t), 0, 700, limit=400)
+    assert head + 1 / 700 == pytest.approx(1.0, rel=1e-6)
+    # Its series near p = 1 and its closed form meet where it switches (-ln p = 1e-3).
+    edge = float(np.exp(-1e-3))
+    assert calibrate_mixture(np.nextafter(edge, 0)) == pytest.approx(calibrate_mixture(np.nextafter(edge, 1)), rel=1e-9)
+    assert calibrate_mixture(0.0) == float("inf")
+    with pytest.raises(ValueError):
+        calibrate_mixture(1.5)
+
+
+def test_the_mixture_gives_strong_evidence_more_and_costs_a_pass_little() -> None:
+    """At a permutation floor of 5e-6 it gives about six times kappa 0.5's e-value; at p = 0.5 a pass
+    costs a factor 0.64 where kappa 0.5 costs 0.71."""
+    assert calibrate_mixture(5e-6) > 5 * calibrate(5e-6, 0.5)
+    assert calibrate_mixture(0.5) == pytest.approx(0.639, abs=1e-3)
+    assert calibrate_mixture(1.0) == 0.5
 
 
 def test_ecusum_resets_below_one_and_multiplies_above():
