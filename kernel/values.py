@@ -22,6 +22,9 @@ class Usage:
     # Whether the upstream counted the prompt (a positive count: no prompt is 0 tokens): a usage
     # with output only must not bill it as free (the accountant estimates it, `gateway.pipeline.account`).
     prompt_reported: bool = field(default=True, compare=False)
+    # Whether the upstream counted the output at all (0 counted is an empty answer; absent says
+    # nothing): where it did not, the accountant bills what reached the client (`gateway.pipeline.account`).
+    completion_reported: bool = field(default=True, compare=False)
 
     @classmethod
     def from_openai(cls, usage: Mapping[str, Any] | None) -> Usage | None:
@@ -29,7 +32,7 @@ class Usage:
         past `MAX_USAGE_TOKENS` counts that much (it feeds rate limits, costs and the shared store).
         None where neither the prompt nor the output is counted (`{"total_tokens": 30}` alone is an
         embedding's prompt only without completion_tokens); `prompt_reported` false where only
-        the output is."""
+        the output is, `completion_reported` false where the output has no count at all."""
         if not usage or not isinstance(usage, Mapping):
             return None
         prompt, completion, total = usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get("total_tokens")
@@ -48,6 +51,7 @@ class Usage:
             cached_tokens=token_count(cached),
             cache_reported=cached is not None,
             prompt_reported=token_count(prompt) > 0,
+            completion_reported=is_count(completion),
         )
 
 

@@ -49,7 +49,9 @@ def sum_usage(parts: Sequence[Any]) -> dict[str, Any] | None:
 def add_usages(parts: Iterable[Usage | None]) -> Usage | None:
     """The sum of the parts' usages (one request each for the same prompt); None if any part
     reported none. A part that counted its output but not its prompt is given a part's prompt
-    that was counted; where none was, the prompt is estimated (once a part: `RequestContext.prompt_requests`)."""
+    that was counted; where none was, the prompt is estimated (once a part: `RequestContext.prompt_requests`).
+    Where a part counted no output, the whole's output is the larger of the parts' counts and the
+    gateway's estimate of what reached the client (`gateway.pipeline.estimate.with_estimates`)."""
     items = list(parts)
     if not items or any(u is None for u in items):
         return None
@@ -62,6 +64,7 @@ def add_usages(parts: Iterable[Usage | None]) -> Usage | None:
         cached_tokens=sum(u.cached_tokens for u in usages),
         cache_reported=all(u.cache_reported for u in usages),
         prompt_reported=bool(counted),
+        completion_reported=all(u.completion_reported for u in usages),
     )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.estimate import estimated_usage, with_estimated_prompt
+from gateway.pipeline.estimate import estimated_usage, with_estimates
 from kernel.deployment import Price
 from kernel.records import RequestRecord
 from kernel.values import Usage
@@ -60,8 +60,8 @@ class Accountant:
         price = self._prices(ctx.endpoint_id) if ctx.endpoint_id else None
         if ctx.usage is None and ctx.committed:  # answered, but no usage came: not free
             ctx.usage, ctx.usage_estimated = estimated_usage(ctx), True
-        elif ctx.usage is not None and not ctx.usage.prompt_reported:  # the output's count only
-            ctx.usage, ctx.usage_estimated = with_estimated_prompt(ctx, ctx.usage), True
+        elif ctx.usage is not None and (estimated := with_estimates(ctx, ctx.usage)) is not None:
+            ctx.usage, ctx.usage_estimated = estimated, True  # a count left out (the prompt's, the output's)
         usage = ctx.usage
         record = RequestRecord(
             request_id=ctx.request_id,

@@ -191,8 +191,8 @@ class Dispatcher:
                 else:
                     parsed = await call(self._client, self._timeouts, endpoint, ctx.op, request, sent=body)
                 ctx.usage = parsed.usage
-                if parsed.usage is None:  # counted for an estimate (gateway.pipeline.estimate)
-                    count_payloads(ctx, [parsed.body])
+                if parsed.usage is None or not parsed.usage.completion_reported:  # for an estimate
+                    count_payloads(ctx, [parsed.body])  # (gateway.pipeline.estimate)
                 return Completed(parsed.body, native=passed)
             response = await open_call(self._client, self._timeouts, endpoint, request)
             if passed:

@@ -9,8 +9,10 @@ output text they pass on (`count_payloads`, `count_chunk`; a passed-through stre
 came without usage. Completion tokens are the larger of the pieces of text (an engine streams about
 one token each) and 4 characters a token, capped at max_tokens for each completion asked for.
 A usage that counts the output but not the prompt (`Usage.prompt_reported` false: a Messages
-stream whose message_start never came) keeps its output's count, and its prompt is estimated
-(`with_estimated_prompt`).
+stream whose message_start never came) keeps its output's count, and its prompt is estimated; one
+that counts the prompt but has no output count (`Usage.completion_reported` false: `completion_tokens`
+left out) keeps its prompt's count, and its output is the larger of what it counted and the
+estimate of what reached the client (`with_estimates`).
 """
 
 from __future__ import annotations
@@ -124,20 +126,32 @@ def _prompt(ctx: RequestContext) -> tuple[int, int]:
     return (routed if routed is not None else len(str(ctx.body)) // 4 + 1) * times, 0
 
 
-def with_estimated_prompt(ctx: RequestContext, usage: Usage) -> Usage:
-    """A usage whose upstream counted the output but not the prompt, with the prompt estimated
-    (once for each request it was sent in)."""
-    prompt, cached = _prompt(ctx)
-    return Usage(prompt_tokens=prompt, completion_tokens=usage.completion_tokens, cached_tokens=cached)
+def with_estimates(ctx: RequestContext, usage: Usage) -> Usage | None:
+    """A usage that left a count out, with that count estimated: the prompt (once for each request
+    it was sent in) where it counted none, the output where it has no count and the client was sent
+    more than it counted. None where it counted all it should."""
+    if usage.prompt_reported and (usage.completion_reported or ctx.op == "embeddings"):
+        return None
+    prompt, cached = (usage.prompt_tokens, usage.cached_tokens) if usage.prompt_reported else _prompt(ctx)
+    completion = usage.completion_tokens
+    if not usage.completion_reported and ctx.op != "embeddings":
+        completion = max(completion, _completion(ctx))
+    if (prompt, completion) == (usage.prompt_tokens, usage.completion_tokens) and usage.prompt_reported:
+        return None  # nothing was sent beyond what it counted
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached)
+
+
+def _completion(ctx: RequestContext) -> int:
+    completion = max(ctx.output_pieces, math.ceil(ctx.output_chars / CHARS_PER_TOKEN))
+    features = getattr(ctx.route, "features", None)
+    most = features.max_output_tokens if features is not None else None
+    if most is not None:
+        completion = min(completion, most * output_choices(ctx.op, ctx.body))
+    return completion
 
 
 def estimated_usage(ctx: RequestContext) -> Usage:
     prompt, cached = _prompt(ctx)
     if ctx.op == "embeddings":
         return Usage(prompt_tokens=prompt)
-    completion = max(ctx.output_pieces, math.ceil(ctx.output_chars / CHARS_PER_TOKEN))
-    features = getattr(ctx.route, "features", None)
-    most = features.max_output_tokens if features is not None else None
-    if most is not None:
-        completion = min(completion, most * output_choices(ctx.op, ctx.body))
-    return Usage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached)
+    return Usage(prompt_tokens=prompt, completion_tokens=_completion(ctx), cached_tokens=cached)

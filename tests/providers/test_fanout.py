@@ -20,3 +20,10 @@ def test_a_part_that_counted_no_prompt_is_given_a_counted_parts_prompt() -> None
 def test_parts_that_counted_no_prompt_leave_it_to_the_estimate() -> None:
     total = add_usages([Usage(0, 3, prompt_reported=False), Usage(0, 5, prompt_reported=False)])
     assert total is not None and not total.prompt_reported and total.completion_tokens == 8
+
+
+def test_a_part_that_counted_no_output_leaves_the_whole_s_output_uncounted() -> None:
+    """Its output is then the larger of the parts' counts and the gateway's estimate (the accountant)."""
+    assert add_usages([Usage(40, 3), Usage(40, 5)]).completion_reported  # type: ignore[union-attr]
+    total = add_usages([Usage(40, 3), Usage(40, 0, completion_reported=False)])
+    assert total is not None and not total.completion_reported and total.completion_tokens == 3

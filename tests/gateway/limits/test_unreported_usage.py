@@ -59,6 +59,16 @@ def upstream(mode: str) -> Callable[[UpstreamRequest], MockResponse]:
         usage = event({"id": "x", "object": "chat.completion.chunk", "created": 1, "model": model, "choices": [],
                        "usage": {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30}})
         headers = {"content-type": "text/event-stream"}
+        if mode == "prompt-only":  # counts the prompt and leaves completion_tokens out
+            counted = {"prompt_tokens": 10, "total_tokens": 10}
+            if not orjson.loads(request.body).get("stream"):
+                whole = {"id": "x", "object": "chat.completion", "created": 1, "model": model, "usage": counted,
+                         "choices": [{"index": 0, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": "".join(PIECES)}}]}
+                return MockResponse(200, {"content-type": "application/json"}, body=orjson.dumps(whole))
+            tail = event({"id": "x", "object": "chat.completion.chunk", "created": 1, "model": model, "choices": [],
+                          "usage": counted})
+            return MockResponse(200, headers, chunks=[*body, chunk({}, "stop"), tail, b"data: [DONE]\n\n"])
         if mode == "no-usage":
             return MockResponse(200, headers, chunks=[*body, chunk({}, "stop"), b"data: [DONE]\n\n"])
         if mode == "error":
@@ -162,3 +172,17 @@ def test_a_responses_stream_without_usage_is_charged(gateway: Callable[..., Any]
         events = list(c.responses.create(model="m", input="hi", max_output_tokens=300, stream=True, store=False))
     assert events[-1].type == "response.completed"
     assert settled(store, ESTIMATE_MICRO) == ESTIMATE_MICRO
+
+
+def test_a_usage_without_an_output_count_is_charged_its_relayed_output(gateway: Callable[..., Any]) -> None:
+    """An upstream that counts the prompt but leaves `completion_tokens` out: the output is not free
+    (it once settled at $0), streamed or whole."""
+    gw, store = gateway("prompt-only")
+    with chat(gw) as c:
+        text = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
+            model="m", messages=HELLO, max_tokens=300, stream=True, stream_options={"include_usage": True}) if ch.choices)
+        assert text == "".join(PIECES)
+        assert settled(store, ESTIMATE_MICRO) == ESTIMATE_MICRO
+        whole = c.chat.completions.create(model="m", messages=HELLO, max_tokens=300)
+    assert whole.choices[0].message.content == "".join(PIECES)
+    assert settled(store, 2 * ESTIMATE_MICRO) == 2 * ESTIMATE_MICRO  # 80 characters: 20 tokens again

@@ -191,6 +191,45 @@ def test_a_usage_that_did_not_count_the_prompt_gets_the_prompts_estimate_and_kee
     assert not accountant.record(counted).usage_estimated and counted.usage.prompt_tokens == 0
 
 
+def test_a_usage_without_an_output_count_bills_the_output_the_client_got() -> None:
+    """`completion_tokens` left out is no count: the output is the estimate of what reached the
+    client (flagged), the prompt the upstream's count. A count of 0 is one (an empty answer), and
+    an embedding has no output to count."""
+    from types import SimpleNamespace
+
+    price = Price(input=2.0, output=8.0)
+    accountant = Accountant(lambda _: price, lambda: 1.0)
+
+    def committed(op: str = "chat") -> RequestContext:
+        ctx = RequestContext(request_id="r", op=op, started=0.0, body={"model": "m"}, model="m", endpoint_id="p/m")
+        ctx.route = SimpleNamespace(features=SimpleNamespace(prompt_tokens=50, max_output_tokens=None))  # type: ignore[assignment]
+        ctx.committed = True
+        return ctx
+
+    ctx = committed()
+    ctx.usage = Usage.from_openai({"prompt_tokens": 30, "total_tokens": 30})
+    ctx.output_chars, ctx.output_pieces = 80, 10
+    record = accountant.record(ctx)
+    assert (record.prompt_tokens, record.completion_tokens, record.usage_estimated) == (30, 20, True)
+    assert record.cost_usd == pytest.approx((30 * 2.0 + 20 * 8.0) / 1_000_000)
+    fanned = committed()  # parts that counted some output, one that counted none: the larger stands
+    fanned.usage = Usage(prompt_tokens=60, completion_tokens=25, completion_reported=False)
+    fanned.output_chars, fanned.output_pieces = 80, 10
+    assert accountant.record(fanned).completion_tokens == 25
+    empty = committed()
+    empty.usage = Usage.from_openai({"prompt_tokens": 30, "completion_tokens": 0})
+    empty.output_chars, empty.output_pieces = 80, 10
+    record = accountant.record(empty)
+    assert (record.completion_tokens, record.usage_estimated) == (0, False)  # the upstream's count stands
+    nothing_sent = committed()
+    nothing_sent.usage = Usage.from_openai({"prompt_tokens": 30})
+    record = accountant.record(nothing_sent)
+    assert (record.prompt_tokens, record.completion_tokens, record.usage_estimated) == (30, 0, False)
+    embedding = committed("embeddings")
+    embedding.usage = Usage.from_openai({"prompt_tokens": 8, "total_tokens": 8})
+    assert not accountant.record(embedding).usage_estimated
+
+
 def test_a_whole_messages_answer_without_usage_is_counted_from_its_content_blocks() -> None:
     from gateway.pipeline.estimate import count_payloads
 
@@ -221,3 +260,9 @@ def test_usage_from_openai_says_whether_the_prompt_was_counted() -> None:
     assert flags({"prompt_tokens": 0, "total_tokens": 12}) == (12, 0, True)  # a 0 prompt is no count: the total is
     assert flags({"total_tokens": "30"}) is None and flags({"service_tier": "x"}) is None
     assert flags({"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}) is None  # zeros count nothing
+    reported = Usage.from_openai({"prompt_tokens": 12, "completion_tokens": 0})
+    assert reported is not None and reported.completion_reported  # 0 counted: an empty answer
+    for left_out in ({"prompt_tokens": 12}, {"prompt_tokens": 12, "completion_tokens": None},
+                     {"prompt_tokens": 12, "completion_tokens": "3"}, {"prompt_tokens": 12, "completion_tokens": -1}):
+        got = Usage.from_openai(left_out)
+        assert got is not None and not got.completion_reported and got.completion_tokens == 0, left_out
