@@ -16,6 +16,7 @@ An upstream failure raises `ProbeUnavailable`, which the runner counts as availa
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -123,8 +124,8 @@ class ProbeClient:
         self.prompt_counts.append((fingerprint(payload), reported_prompt_tokens(data)))
         # The adapter's validated usage (a count that is no non-negative number is 0, one past the
         # cap is capped): the raw answer's could be a string, a list or negative.
-        usage = parsed.usage or Usage.from_openai(data.get("usage")) or Usage()
-        spent = usage.prompt_tokens + usage.completion_tokens
+        usage = parsed.usage or Usage.from_openai(data.get("usage"))
+        spent = spent_tokens(usage, payload, data)
         self.tokens += spent
         self._budget.record_tokens(ep.id, spent)
         return data
@@ -134,3 +135,38 @@ class ProbeClient:
         self.errors += 1
         kind = ProbeRejected if isinstance(exc, ProviderRejected) else ProbeUnavailable
         return kind(f"{self.endpoint.id}: {exc.message}", status=exc.status_code)
+
+
+CHARS_PER_TOKEN = 4
+
+
+def spent_tokens(usage: Usage | None, payload: dict[str, Any], answer: dict[str, Any]) -> int:
+    """What one probe request cost the endpoint's budget: its counts, and where it left one out (no
+    usage, no prompt count, no output count) an estimate at 4 characters a token, the prompt from
+    the request's body and the output from the answer's text (at most max_tokens a choice). An
+    endpoint that reports no usage must not make its probes free against `budget_tokens_per_day`."""
+    prompt = usage.prompt_tokens if usage is not None and usage.prompt_reported else None
+    completion = usage.completion_tokens if usage is not None and usage.completion_reported else None
+    if prompt is None:
+        prompt = math.ceil(len(json.dumps(payload.get("messages", payload.get("prompt", "")))) / CHARS_PER_TOKEN)
+    if completion is None:
+        choices = answer.get("choices")
+        texts = [_choice_text(c) for c in choices if isinstance(c, dict)] if isinstance(choices, list) else []
+        completion = sum(math.ceil(len(t) / CHARS_PER_TOKEN) for t in texts)
+        cap = payload.get("max_tokens")
+        if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
+            completion = min(completion, cap * max(1, len(texts)))
+    return prompt + completion
+
+
+def _choice_text(choice: dict[str, Any]) -> str:
+    message = choice.get("message")
+    parts: list[Any] = [choice.get("text")]
+    if isinstance(message, dict):
+        parts += [message.get("content"), message.get("reasoning_content")]
+        calls = message.get("tool_calls")
+        for call in calls if isinstance(calls, list) else ():
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict):
+                parts += [fn.get("name"), fn.get("arguments")]
+    return "".join(part for part in parts if isinstance(part, str))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -9,7 +10,7 @@ import orjson
 import pytest
 
 from kernel.errors import ProviderConnectError, ProviderRejected
-from probes.budget import ProbeBudget
+from probes.budget import BudgetExhausted, ProbeBudget
 from probes.client import ContextOverflow, ProbeClient, ProbeRejected, ProbeUnavailable
 from providers.http import Timeouts
 from providers.http_mock import MockHTTPClient, MockResponse
@@ -128,15 +129,38 @@ def _answer(usage: Any) -> dict[str, Any]:
     {"prompt_tokens": "n/a", "completion_tokens": 3}, "none", [1], {"prompt_tokens": -5, "completion_tokens": 3},
     {"prompt_tokens": 1e300, "completion_tokens": float("nan")}, None,
 ])
-async def test_a_hostile_usage_counts_no_tokens_it_did_not_claim_validly(usage: Any) -> None:
+async def test_a_hostile_usage_counts_its_valid_claims_and_estimates_the_rest(usage: Any) -> None:
     # `int(usage.get(...))` on the raw answer raised on a string count or a non-object usage (the
     # probe then ended "error": no quality verdict, ever), and a negative count credited the budget.
+    # A count left out or invalid is estimated (4 characters a token): it once counted 0, so an
+    # endpoint reporting no usage made its probes free against the token budget.
     client = answering(_answer(usage))
-    answer = await client.chat({"messages": [{"role": "user", "content": "x"}]})
+    messages = [{"role": "user", "content": "x"}]
+    answer = await client.chat({"messages": messages})
     assert answer["choices"][0]["message"]["content"] == "hi"
-    valid = 3 if isinstance(usage, dict) and usage.get("completion_tokens") == 3 else 0
-    assert client.tokens in (valid, valid + 1_000_000_000) and client.tokens >= 0
+    prompt_estimate, output_estimate = -(-len(json.dumps(messages)) // 4), 1  # "hi": 1 token
+    claimed = usage if isinstance(usage, dict) else {}
+    prompt = 1_000_000_000 if claimed.get("prompt_tokens") == 1e300 else prompt_estimate
+    output = 3 if claimed.get("completion_tokens") == 3 else output_estimate
+    assert client.tokens == prompt + output
     assert client.prompt_counts[0][1] is None
+
+
+async def test_an_endpoint_without_usage_spends_its_probe_token_budget() -> None:
+    """Each answer without usage costs its estimate, so the daily token budget still stops the probes."""
+    text = "word " * 40  # 200 characters: 50 tokens
+    body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+    http = MockHTTPClient(lambda request: MockResponse(status=200, body=orjson.dumps(body)))
+    budget = ProbeBudget(requests_per_day=100, tokens_per_day=100, clock=time.time)
+    client = ProbeClient(make_endpoint("ep", "m"), http, TIMEOUTS, budget)
+    await client.chat({"messages": [{"role": "user", "content": "x"}], "max_tokens": 64})
+    await client.chat({"messages": [{"role": "user", "content": "x"}], "max_tokens": 64})
+    with pytest.raises(BudgetExhausted):
+        await client.chat({"messages": [{"role": "user", "content": "x"}], "max_tokens": 64})
+    assert len(http.requests) == 2
+    capped = answering(body)
+    await capped.chat({"messages": [{"role": "user", "content": "x"}], "max_tokens": 5})
+    assert capped.tokens == -(-len('[{"role": "user", "content": "x"}]') // 4) + 5  # the output at most max_tokens
 
 
 @pytest.mark.parametrize("body", [[1, 2], "text", 7])
