@@ -178,7 +178,7 @@ def template_mismatches(sample: Pool, reference: Pool) -> list[int]:
 
 def confirm_permutations(configured: int, alpha: float, confirm: bool) -> int:
     """In a confirmatory round, enough permutations that the p-value floor 1/(B+1) sits 200 times
-    below alpha: a fault at the floor must be able to confirm, and its e-value (probes.fleet: 1,343
+    below alpha: a fault at the floor must be able to confirm, and its e-value (probes.fleet: 1,342
     with the default calibrator, 224 at kappa 0.5, at alpha 0.001) to pass the fleet's e-BH gate (20
     times below gave 71 at kappa 0.5, under the bar of a fleet of eight at FDR 0.1)."""
     return max(configured, min(MAX_PERMUTATIONS, math.ceil(200 / alpha))) if confirm else configured

@@ -85,7 +85,8 @@ def result_e(r: ProbeResult, kappa: float | None) -> float:
         return 1.0
     e = calibrate(min(1.0, max(0.0, float(p))), kappa)
     # A check may stake a share w of its e-value on its test, fixed before its data: (1 - w) + w * e
-    # is an e-value too, and a pass at p = 1 costs 1 - w / 2 instead of 1 / 2 (probes.consistency).
+    # is an e-value too, and a pass at p = 1 costs 1 - w / 2 instead of 1 / 2 with the default
+    # calibrator (1 - w (1 - kappa) instead of kappa with one kappa; probes.consistency).
     w = details.get("fleet_weight")
     if isinstance(w, int | float) and not isinstance(w, bool) and 0 <= w <= 1:
         e = (1 - w) + w * e if w > 0 else 1.0  # at p = 0, e is inf, and 0 * inf is NaN

@@ -3,7 +3,7 @@ health state machine's minimum times. Starting points come from research/probes.
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from kernel.frozen import Frozen
 from probes.sentinels.settings import SentinelSettings
@@ -154,6 +154,14 @@ class FleetSettings(Frozen):
     # The p-to-e calibrator kappa * p^(kappa - 1); None (the default) averages it over kappa in (0, 1),
     # which gives strong evidence 3-6 times the e-value of kappa 0.5 (probes.stats.evalues).
     kappa: float | None = Field(None, gt=0, lt=1)
+
+    @field_validator("kappa", mode="before")
+    @classmethod
+    def _mixture_by_name(cls, value: object) -> object:
+        """`mixture` (or an empty value) selects the default from the environment, where null cannot be written."""
+        if isinstance(value, str) and value.strip().lower() in ("", "mixture", "none", "null"):
+            return None
+        return value
 
 
 class ToolMonitorSettings(Frozen):

@@ -50,8 +50,8 @@ def add_usages(parts: Iterable[Usage | None]) -> Usage | None:
     """The sum of the parts' usages (one request each for the same prompt); None if any part
     reported none. A part that counted its output but not its prompt is given a part's prompt
     that was counted; where none was, the prompt is estimated (once a part: `RequestContext.prompt_requests`).
-    Where a part counted no output, the whole's output is the larger of the parts' counts and the
-    gateway's estimate of what reached the client (`gateway.pipeline.estimate.with_estimates`)."""
+    Where a part counted no output, the whole's output is the larger of the parts' counted sum and
+    the gateway's estimate of every part's output (`gateway.pipeline.fanout`, `estimate.with_estimates`)."""
     items = list(parts)
     if not items or any(u is None for u in items):
         return None

@@ -264,8 +264,9 @@ class Limiter(RecordObserver):
         price = self._prices(ctx.endpoint_id) if ctx.endpoint_id else None
         actual_cost = min(to_micro(cost_usd(usage, price)), MAX_MICRO) if usage is not None and price is not None else 0
         actual_tokens = usage.prompt_tokens + usage.completion_tokens if usage is not None else 0
-        if ctx.usage_estimated:  # an estimate (the upstream reported none) charges no more than was admitted
-            actual_cost = min(actual_cost, ticket.cost_micro)
+        if ctx.usage_estimated:  # an estimate charges no more than was admitted; what the upstream counted, all
+            counted = min(to_micro(cost_usd(ctx.usage_counted, price)), actual_cost) if price is not None else 0
+            actual_cost = counted + min(actual_cost - counted, ticket.cost_micro)
         settlements = [Settlement(c, actual_tokens - ticket.tokens, actual_cost - ticket.cost_micro) for c in ticket.charges]
         if isinstance(ticket.store, MemoryLimitStore):  # in-process: settle now, no task
             ticket.store.settle_now(ticket.member, settlements, self.window_s)

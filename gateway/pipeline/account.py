@@ -61,7 +61,8 @@ class Accountant:
         if ctx.usage is None and ctx.committed:  # answered, but no usage came: not free
             ctx.usage, ctx.usage_estimated = estimated_usage(ctx), True
         elif ctx.usage is not None and (estimated := with_estimates(ctx, ctx.usage)) is not None:
-            ctx.usage, ctx.usage_estimated = estimated, True  # a count left out (the prompt's, the output's)
+            # A count left out (the prompt's, the output's): the upstream's own counts are kept apart.
+            ctx.usage_counted, ctx.usage, ctx.usage_estimated = ctx.usage, estimated, True
         usage = ctx.usage
         record = RequestRecord(
             request_id=ctx.request_id,

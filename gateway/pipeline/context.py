@@ -56,9 +56,12 @@ class RequestContext:
     # Seconds spent waiting on upstreams or backing off: not the gateway's own overhead.
     waited: float = 0.0
     usage: Usage | None = None
-    # The upstream reported no usage: `usage` is the estimate from the output relayed
-    # (gateway.pipeline.estimate), whose text the relays count here.
+    # The upstream reported no usage, or left a count out: `usage` is (in part) the estimate from
+    # the output relayed (gateway.pipeline.estimate), whose text the relays count here...
     usage_estimated: bool = False
+    # ...and this is what the upstream itself counted then (None: nothing), which settlement
+    # charges in full where it caps the estimated rest at what was admitted.
+    usage_counted: Usage | None = None
     # The prompt's exact usage reported before the final one (`ParsedChunk.prompt_usage`).
     prompt_usage: Usage | None = None
     # Upstream requests the prompt went in (a fan-out's parts): an estimated prompt counts each.

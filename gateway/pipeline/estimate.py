@@ -42,10 +42,13 @@ def count_payloads(ctx: RequestContext, payloads: list[bytes]) -> None:
 
 def count_chunk(ctx: RequestContext, obj: dict[str, Any]) -> None:
     """One chat or completions chunk (or whole answer): the text of each of its choices; a whole
-    Messages answer passed through: the text, thinking and tool input of its content blocks."""
+    Messages answer passed through: the text, thinking and tool input of its content blocks; a
+    whole Response passed through: its output items' text, reasoning and call arguments."""
     choices = obj.get("choices")
     if obj.get("type") == "message" and isinstance(blocks := obj.get("content"), list):
         _count_blocks(ctx, blocks)
+    if obj.get("object") == "response" and isinstance(items := obj.get("output"), list):
+        _count_items(ctx, items)
     if not isinstance(choices, list):
         return
     for choice in choices:
@@ -76,6 +79,22 @@ def _count_blocks(ctx: RequestContext, blocks: list[Any]) -> None:
         chars = sum(len(v) for name in ("text", "thinking", "name", "data") if isinstance(v := block.get(name), str))
         if "input" in block:  # tool_use, server_tool_use
             chars += len(orjson.dumps(block["input"]))
+        if chars:
+            ctx.output_chars += chars
+            ctx.output_pieces += 1
+
+
+# Where a Response's output items keep their text: message and reasoning parts, call arguments.
+ITEM_FIELDS = ("text", "arguments", "name", "input", "code")
+
+
+def _count_items(ctx: RequestContext, items: list[Any]) -> None:
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        parts = [item, *(p for key in ("content", "summary") if isinstance(ps := item.get(key), list) for p in ps)]
+        chars = sum(len(v) for part in parts if isinstance(part, dict) for name in ITEM_FIELDS
+                    if isinstance(v := part.get(name), str))
         if chars:
             ctx.output_chars += chars
             ctx.output_pieces += 1
@@ -138,7 +157,8 @@ def with_estimates(ctx: RequestContext, usage: Usage) -> Usage | None:
         completion = max(completion, _completion(ctx))
     if (prompt, completion) == (usage.prompt_tokens, usage.completion_tokens) and usage.prompt_reported:
         return None  # nothing was sent beyond what it counted
-    return Usage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached)
+    reported_cache = usage.cache_reported if usage.prompt_reported else False
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached, cache_reported=reported_cache)
 
 
 def _completion(ctx: RequestContext) -> int:

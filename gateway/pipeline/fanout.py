@@ -17,6 +17,7 @@ from typing import Any
 
 from gateway.catalog import Endpoint
 from gateway.pipeline.context import RequestContext
+from gateway.pipeline.estimate import count_payloads
 from gateway.pipeline.outcome import Completed, Streaming
 from kernel.errors import ProviderStreamError
 from kernel.values import Usage
@@ -39,6 +40,7 @@ async def fan_out(ctx: RequestContext, endpoint: Endpoint, n: int, attempt: Atte
     ctx.prompt_requests = n
     if not ctx.stream:
         parts, usages = [], []
+        counted_before = ctx.output_chars, ctx.output_pieces
         for body in bodies:
             part = await attempt(ctx, endpoint, body)
             assert isinstance(part, Completed)
@@ -46,6 +48,11 @@ async def fan_out(ctx: RequestContext, endpoint: Endpoint, n: int, attempt: Atte
             usages.append(ctx.usage)  # the part's own, as its adapter read it
         merged, _ = merge_bodies(parts)
         ctx.usage = add_usages(usages)
+        if ctx.usage is not None and not ctx.usage.completion_reported:
+            # Some part counted no output: the estimate is of every part's output, as a stream's relay
+            # counts it (dispatch counted only the uncounted parts'), against the parts' counted sum.
+            ctx.output_chars, ctx.output_pieces = counted_before
+            count_payloads(ctx, parts)
         return Completed(merged)
     merger = ChunkMerger(wants_usage=bool((ctx.body.get("stream_options") or {}).get("include_usage")))
     ctx.usage = None

@@ -112,8 +112,8 @@ async def relay(
     try:
         batch, done = streaming.first, streaming.done
         while True:
-            if ctx.usage is None:  # usage comes only at the end: until then the output is counted
-                count_events(ctx, batch)
+            if ctx.usage is None or not ctx.usage.completion_reported:  # a usage with an output count
+                count_events(ctx, batch)  # comes only at the end: until then the output is counted
             out = b"".join([await events.own(raw) for raw in batch])
             if done:
                 if ctx.response_parts is not None and events.response is not None:

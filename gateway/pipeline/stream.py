@@ -77,8 +77,8 @@ async def relay(
                 parts.extend(chunk.payloads)
             if trace is not None:
                 trace.feed_chunks(chunk.payloads)
-            if ctx.usage is None:  # usage comes last: text after it needs no counting
-                count(ctx, chunk.payloads)
+            if ctx.usage is None or not ctx.usage.completion_reported:  # usage with an output count
+                count(ctx, chunk.payloads)  # comes last: text after it needs no counting
             out = framing.frame(chunk.payloads)
             if chunk.done:
                 yield out + framing.end()

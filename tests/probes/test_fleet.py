@@ -323,3 +323,12 @@ async def test_a_fault_confirmed_at_the_floor_is_the_first_demotion_of_a_fleet_o
         assert gate.allowed is admitted, gate.describe()
         assert gate.needed == pytest.approx(90.0)
     assert FleetSettings().kappa is None
+
+
+@pytest.mark.parametrize(("value", "kappa"), [("mixture", None), ("", None), ("null", None), ("0.3", 0.3)])
+def test_the_calibrator_is_set_from_the_environment(value: str, kappa: float | None) -> None:
+    """An operator whose YAML pins one kappa can go back to the mixture through the environment."""
+    from gateway.config import load_config
+
+    settings = load_config(environ={"GW_PROBES__FLEET__KAPPA": value}, probes={"fleet": {"kappa": 0.5}})
+    assert settings.probes.fleet.kappa == kappa

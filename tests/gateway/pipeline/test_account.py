@@ -225,6 +225,12 @@ def test_a_usage_without_an_output_count_bills_the_output_the_client_got() -> No
     nothing_sent.usage = Usage.from_openai({"prompt_tokens": 30})
     record = accountant.record(nothing_sent)
     assert (record.prompt_tokens, record.completion_tokens, record.usage_estimated) == (30, 0, False)
+    cached = committed()  # the upstream's cache count stays its own
+    cached.usage = Usage.from_openai({"prompt_tokens": 30, "prompt_tokens_details": {"cached_tokens": 20}})
+    cached.output_chars, cached.output_pieces = 80, 10
+    accountant.record(cached)
+    assert cached.usage.cache_reported and (cached.usage.cached_tokens, cached.usage.completion_tokens) == (20, 20)
+    assert cached.usage_counted is not None and cached.usage_counted.completion_tokens == 0
     embedding = committed("embeddings")
     embedding.usage = Usage.from_openai({"prompt_tokens": 8, "total_tokens": 8})
     assert not accountant.record(embedding).usage_estimated
@@ -241,6 +247,20 @@ def test_a_whole_messages_answer_without_usage_is_counted_from_its_content_block
                                               {"type": "server_tool_use", "id": "t2", "name": "web", "input": {"q": "z"}}]}
     count_payloads(ctx, [orjson.dumps(message)])
     assert (ctx.output_chars, ctx.output_pieces) == (8 + 6 + 40 + 1 + len('{"a":1}') + 3 + len('{"q":"z"}'), 5)
+
+
+def test_a_whole_response_passed_through_is_counted_from_its_output_items() -> None:
+    from gateway.pipeline.estimate import count_payloads
+
+    ctx = RequestContext(request_id="r", op="responses", started=0.0, model="m")
+    response = {"object": "response", "output": [
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "s" * 12}]},
+        {"type": "message", "content": [{"type": "output_text", "text": "x" * 40, "annotations": []}]},
+        {"type": "function_call", "name": "f", "arguments": '{"a":1}', "call_id": "c"},
+        "not an item",
+    ]}
+    count_payloads(ctx, [orjson.dumps(response)])
+    assert (ctx.output_chars, ctx.output_pieces) == (12 + 40 + 1 + len('{"a":1}'), 3)
 
 
 def test_usage_from_openai_says_whether_the_prompt_was_counted() -> None:

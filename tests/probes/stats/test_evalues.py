@@ -53,6 +53,10 @@ def test_the_mixture_gives_strong_evidence_more_and_costs_a_pass_little() -> Non
     assert calibrate_mixture(1.0) == 0.5
 
 
+def test_a_small_kappa_and_a_subnormal_p_give_an_infinite_e_not_an_error() -> None:
+    assert calibrate(1e-320, 0.01) == float("inf")  # 0.01 * p^-0.99 overflows a float
+
+
 def test_ecusum_resets_below_one_and_multiplies_above():
     m = 0.0
     for e in (0.5, 0.5):

@@ -1,0 +1,159 @@
+"""A usage that counts the prompt and leaves the output's count out, on every path an answer takes:
+the output that reached the client is charged (once it settled at $0 on these paths), and what
+the upstream did count is charged in full, not capped at the admitted estimate."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from gateway.app import create_app
+from gateway.config import load_config
+from gateway.limits.store import MemoryLimitStore
+from providers.base import UpstreamRequest
+from providers.http_mock import MockHTTPClient, MockResponse
+from tests.fakes.servers import BackgroundLoop, GatewayServer
+from tests.gateway.limits.test_app_limits import KEYS
+
+PIECES = ["abcdefgh"] * 10
+TEXT = "".join(PIECES)  # 80 characters: 20 tokens, 2,000 micro-$ at $100/M output
+ONE = 2_000
+SPEND = ("key:one", "total")
+AUTH = {"authorization": f"Bearer {KEYS['one']}"}
+PROMPT_ONLY = {"prompt_tokens": 10, "total_tokens": 10}
+
+
+def sse(obj: Any, name: bytes | None = None) -> bytes:
+    return (b"event: " + name + b"\n" if name else b"") + b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+def chat_chunk(model: str, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+    return sse({"id": "x", "object": "chat.completion.chunk", "created": 1, "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra})
+
+
+def chat_whole(model: str, usage: dict[str, Any]) -> MockResponse:
+    whole = {"id": "x", "object": "chat.completion", "created": 1, "model": model, "usage": usage,
+             "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": TEXT}}]}
+    return MockResponse(200, {"content-type": "application/json"}, orjson.dumps(whole))
+
+
+def upstream(request: UpstreamRequest) -> MockResponse:
+    body = orjson.loads(request.body)
+    model, stream = body["model"], bool(body.get("stream"))
+    if request.url.endswith("/responses"):  # a Responses upstream whose usage has no output_tokens
+        usage = {"input_tokens": 10, "total_tokens": 10}
+        item = {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                "content": [{"type": "output_text", "text": TEXT, "annotations": []}]}
+        response = {"id": "resp_1", "object": "response", "created_at": 1, "model": model, "status": "completed"}
+        if not stream:
+            return MockResponse(200, {"content-type": "application/json"},
+                                orjson.dumps({**response, "output": [item], "usage": usage}))
+        events = [sse({"type": "response.created", "response": {**response, "status": "in_progress", "output": []}},
+                      b"response.created")]
+        events += [sse({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0,
+                        "delta": piece}, b"response.output_text.delta") for piece in PIECES]
+        events.append(sse({"type": "response.completed", "response": {**response, "output": [item], "usage": usage}},
+                          b"response.completed"))
+        return MockResponse(200, {"content-type": "text/event-stream"}, chunks=events)
+    if model == "big-prompt":  # an image prompt routing under-counts: the upstream's count is 5,000
+        return chat_whole(model, {"prompt_tokens": 5000, "total_tokens": 5000})
+    if model == "fan":  # the part seeded 0 counts its output, the other leaves the count out
+        usage = {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30} if body.get("seed") == 0 else PROMPT_ONLY
+        if not stream:
+            return chat_whole(model, usage)
+        chunks = [chat_chunk(model, {"role": "assistant", "content": ""})]
+        chunks += [chat_chunk(model, {"content": p}) for p in PIECES] + [chat_chunk(model, {}, "stop")]
+        tail = sse({"id": "x", "object": "chat.completion.chunk", "created": 1, "model": model, "choices": [], "usage": usage})
+        return MockResponse(200, {"content-type": "text/event-stream"}, chunks=[*chunks, tail, b"data: [DONE]\n\n"])
+    # A chat stream whose prompt-only usage rides on every chunk, the first included.
+    chunks = [chat_chunk(model, {"role": "assistant", "content": ""}, usage=PROMPT_ONLY)]
+    chunks += [chat_chunk(model, {"content": p}, usage=PROMPT_ONLY) for p in PIECES]
+    chunks.append(chat_chunk(model, {}, "stop", usage=PROMPT_ONLY))
+    return MockResponse(200, {"content-type": "text/event-stream"}, chunks=[*chunks, b"data: [DONE]\n\n"])
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[BackgroundLoop]:
+    background = BackgroundLoop().start()
+    yield background
+    background.stop()
+
+
+@pytest.fixture
+def gateway(loop: BackgroundLoop) -> Iterator[tuple[GatewayServer, MemoryLimitStore]]:
+    priced = {"input": 0.0, "output": 100.0}
+    settings = load_config(
+        environ={},
+        auth={"keys": [{"name": "one", "key": KEYS["one"], "budget_usd": 5.0, "budget_period": "total"}]},
+        state_store={"backend": "memory"},
+        providers=[{"name": "p", "base_url": "http://p.test/v1"}],
+        deployments=[
+            {"model": "m", "provider": "p", "price": priced},
+            {"model": "fan", "provider": "p", "price": priced, "capabilities": {"native_n": False}},
+            {"model": "r", "provider": "p", "price": priced, "native": ["responses"]},
+            {"model": "big-prompt", "provider": "p", "price": {"input": 100.0, "output": 100.0}},
+        ],
+        retry={"attempts_per_endpoint": 1, "max_attempts": 1},
+    )
+    store = MemoryLimitStore()
+    server = GatewayServer(create_app(settings, client_factory=lambda: MockHTTPClient(upstream), limit_store=store), loop)
+    yield server.start(), store
+    server.stop()
+
+
+def settled(store: MemoryLimitStore, expected: int) -> int:
+    deadline = time.monotonic() + 10
+    spent = store._spend.get(SPEND, [0])[0]
+    while spent != expected and time.monotonic() < deadline:
+        time.sleep(0.02)
+        spent = store._spend.get(SPEND, [0])[0]
+    return int(spent)
+
+
+def post(gw: GatewayServer, path: str, body: dict[str, Any]) -> bytes:
+    with httpx.stream("POST", gw.url + path, headers=AUTH, json=body, timeout=30) as response:
+        assert response.status_code == 200, response.read()
+        return b"".join(response.iter_bytes())
+
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+def test_a_stream_whose_prompt_only_usage_comes_first_is_charged_its_output(gateway: Any) -> None:
+    gw, store = gateway
+    assert post(gw, "/chat/completions", {"model": "m", "messages": HI, "stream": True, "max_tokens": 300}).count(b"abcdefgh") == 10
+    assert settled(store, ONE) == ONE
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_native_response_without_output_tokens_is_charged_its_output(gateway: Any, stream: bool) -> None:
+    gw, store = gateway
+    body = {"model": "r", "input": "hi", "store": False, "max_output_tokens": 300, "stream": stream}
+    assert post(gw, "/responses", body).count(b"abcdefgh") >= 1
+    assert settled(store, ONE) == ONE
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_fan_out_part_without_an_output_count_adds_its_output(gateway: Any, stream: bool) -> None:
+    """n = 2 on an endpoint without native n: part 0 counted 20 tokens, part 1 sent 80 characters
+    without a count: 40 tokens, not the larger of the two."""
+    gw, store = gateway
+    body = {"model": "fan", "messages": HI, "n": 2, "seed": 0, "max_tokens": 300, "stream": stream,
+            **({"stream_options": {"include_usage": True}} if stream else {})}
+    assert post(gw, "/chat/completions", body).count(b"abcdefgh") == 20
+    assert settled(store, 2 * ONE) == 2 * ONE
+
+
+def test_a_counted_prompt_is_charged_in_full_beside_an_estimated_output(gateway: Any) -> None:
+    """5,000 prompt tokens counted by the upstream ($0.50), 80 characters of output estimated at 20
+    tokens ($0.002): 502,000 micro-$, where capping the whole at the admitted estimate (a few prompt
+    tokens and max_tokens 50) charged 6,300."""
+    gw, store = gateway
+    post(gw, "/chat/completions", {"model": "big-prompt", "messages": HI, "max_tokens": 50})
+    assert settled(store, 500_000 + 2_000) == 500_000 + 2_000
