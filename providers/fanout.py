@@ -47,15 +47,16 @@ def sum_usage(parts: Sequence[Any]) -> dict[str, Any] | None:
 
 
 def add_usages(parts: Iterable[Usage | None]) -> Usage | None:
-    """The sum of the parts' usages (one request each for the same prompt); None if any part
-    reported none. A part that counted its output but not its prompt is given a part's prompt
-    that was counted; where none was, the prompt is estimated (once a part: `RequestContext.prompt_requests`).
-    Where a part counted no output, the whole's output is the larger of the parts' counted sum and
-    the gateway's estimate of every part's output (`gateway.pipeline.fanout`, `estimate.with_estimates`)."""
+    """The sum of the parts' usages (one request each for the same prompt); None if no part
+    reported one, and a part that reported none counts neither its prompt nor its output. A part
+    that counted its output but not its prompt is given a part's prompt that was counted; where none
+    was, the prompt is estimated (once a part: `RequestContext.prompt_requests`).
+    A part that counted no output leaves the whole's output uncounted: the accountant adds the
+    estimate of those parts' text to the counted parts' sum (`gateway.pipeline.fanout`)."""
     items = list(parts)
-    if not items or any(u is None for u in items):
+    if all(u is None for u in items):
         return None
-    usages = [u for u in items if u is not None]
+    usages = [u if u is not None else Usage(prompt_reported=False, completion_reported=False) for u in items]
     counted = [u for u in usages if u.prompt_reported]
     prompt = max(counted, key=lambda u: u.prompt_tokens) if counted else None
     return Usage(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.estimate import estimated_usage, with_estimates
+from gateway.pipeline.estimate import counted_part, estimated_usage, with_estimates
 from kernel.deployment import Price
 from kernel.records import RequestRecord
 from kernel.values import Usage
@@ -59,10 +59,10 @@ class Accountant:
         now = self._clock()
         price = self._prices(ctx.endpoint_id) if ctx.endpoint_id else None
         if ctx.usage is None and ctx.committed:  # answered, but no usage came: not free
-            ctx.usage, ctx.usage_estimated = estimated_usage(ctx), True
+            ctx.usage_counted, ctx.usage, ctx.usage_estimated = counted_part(ctx, None), estimated_usage(ctx), True
         elif ctx.usage is not None and (estimated := with_estimates(ctx, ctx.usage)) is not None:
             # A count left out (the prompt's, the output's): the upstream's own counts are kept apart.
-            ctx.usage_counted, ctx.usage, ctx.usage_estimated = ctx.usage, estimated, True
+            ctx.usage_counted, ctx.usage, ctx.usage_estimated = counted_part(ctx, ctx.usage), estimated, True
         usage = ctx.usage
         record = RequestRecord(
             request_id=ctx.request_id,

@@ -11,8 +11,8 @@ one token each) and 4 characters a token, capped at max_tokens for each completi
 A usage that counts the output but not the prompt (`Usage.prompt_reported` false: a Messages
 stream whose message_start never came) keeps its output's count, and its prompt is estimated; one
 that counts the prompt but has no output count (`Usage.completion_reported` false: `completion_tokens`
-left out) keeps its prompt's count, and its output is the larger of what it counted and the
-estimate of what reached the client (`with_estimates`).
+left out) keeps its prompt's count, and its output is estimated from what reached the client
+(`with_estimates`; a fan-out adds its uncounted parts' estimate to its counted parts' sum).
 """
 
 from __future__ import annotations
@@ -145,18 +145,33 @@ def _prompt(ctx: RequestContext) -> tuple[int, int]:
     return (routed if routed is not None else len(str(ctx.body)) // 4 + 1) * times, 0
 
 
+def counted_part(ctx: RequestContext, usage: Usage | None) -> Usage:
+    """What the upstream itself counted of a usage the gateway estimated in part or whole: the
+    prompt where it counted one (in the usage, or before the output: `ctx.prompt_usage`, once a
+    request), the output it counted. Settlement charges this in full (gateway.limits)."""
+    if usage is not None and usage.prompt_reported:
+        prompt, cached = usage.prompt_tokens, usage.cached_tokens
+    elif ctx.prompt_usage is not None and ctx.prompt_usage.prompt_reported:
+        times = ctx.prompt_requests
+        prompt, cached = ctx.prompt_usage.prompt_tokens * times, ctx.prompt_usage.cached_tokens * times
+    else:
+        prompt, cached = 0, 0
+    completion = usage.completion_tokens if usage is not None else 0
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached)
+
+
 def with_estimates(ctx: RequestContext, usage: Usage) -> Usage | None:
     """A usage that left a count out, with that count estimated: the prompt (once for each request
-    it was sent in) where it counted none, the output where it has no count and the client was sent
-    more than it counted. None where it counted all it should."""
+    it was sent in) where it counted none; where the output has no count, the estimate of the text
+    the relays counted for it (all of it; a fan-out's: its uncounted parts') added to what it did
+    count (a fan-out's counted parts). None where it counted all it should."""
     if usage.prompt_reported and (usage.completion_reported or ctx.op == "embeddings"):
         return None
     prompt, cached = (usage.prompt_tokens, usage.cached_tokens) if usage.prompt_reported else _prompt(ctx)
-    completion = usage.completion_tokens
-    if not usage.completion_reported and ctx.op != "embeddings":
-        completion = max(completion, _completion(ctx))
-    if (prompt, completion) == (usage.prompt_tokens, usage.completion_tokens) and usage.prompt_reported:
+    extra = _completion(ctx) if not usage.completion_reported and ctx.op != "embeddings" else 0
+    if extra == 0 and usage.prompt_reported:
         return None  # nothing was sent beyond what it counted
+    completion = usage.completion_tokens + extra
     reported_cache = usage.cache_reported if usage.prompt_reported else False
     return Usage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached, cache_reported=reported_cache)
 

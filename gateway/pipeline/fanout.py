@@ -40,22 +40,20 @@ async def fan_out(ctx: RequestContext, endpoint: Endpoint, n: int, attempt: Atte
     ctx.prompt_requests = n
     if not ctx.stream:
         parts, usages = [], []
-        counted_before = ctx.output_chars, ctx.output_pieces
         for body in bodies:
             part = await attempt(ctx, endpoint, body)
             assert isinstance(part, Completed)
             parts.append(part.body)
             usages.append(ctx.usage)  # the part's own, as its adapter read it
         merged, _ = merge_bodies(parts)
+        # The counters hold the text of the parts that counted no output, for the accountant's estimate
+        # beside the counted parts' sum (dispatch also counted an earlier attempt's, whose other part failed).
+        ctx.output_chars, ctx.output_pieces = 0, 0
+        count_payloads(ctx, [b for b, u in zip(parts, usages, strict=True) if u is None or not u.completion_reported])
         ctx.usage = add_usages(usages)
-        if ctx.usage is not None and not ctx.usage.completion_reported:
-            # Some part counted no output: the estimate is of every part's output, as a stream's relay
-            # counts it (dispatch counted only the uncounted parts'), against the parts' counted sum.
-            ctx.output_chars, ctx.output_pieces = counted_before
-            count_payloads(ctx, parts)
         return Completed(merged)
     merger = ChunkMerger(wants_usage=bool((ctx.body.get("stream_options") or {}).get("include_usage")))
-    ctx.usage = None
+    ctx.usage, ctx.output_chars, ctx.output_pieces = None, 0, 0  # the relay counts this answer's parts
     first = await attempt(ctx, endpoint, bodies[0])
     assert isinstance(first, Streaming)
     rest = _parts(ctx, endpoint, first, bodies, attempt, merger)
@@ -72,6 +70,9 @@ async def _parts(
 ) -> AsyncIterator[ParsedChunk]:
     current = first
     usages: list[Usage | None] = []
+    # The relay's count when the part began (part 0's first events: counted before this runs). A part
+    # that counted its output takes its text back out: the counters keep the uncounted parts' only.
+    mark = 0, 0
     try:
         for part, body in enumerate(bodies):
             if part:
@@ -98,6 +99,9 @@ async def _parts(
                     endpoint=endpoint.id,
                 )
             usages.append(usage)
+            if usage is not None and usage.completion_reported:
+                ctx.output_chars, ctx.output_pieces = mark
+            mark = ctx.output_chars, ctx.output_pieces
             merger.end_part()
             await _close(current)
         total = add_usages(usages)

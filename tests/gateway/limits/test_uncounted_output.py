@@ -157,3 +157,85 @@ def test_a_counted_prompt_is_charged_in_full_beside_an_estimated_output(gateway:
     gw, store = gateway
     post(gw, "/chat/completions", {"model": "big-prompt", "messages": HI, "max_tokens": 50})
     assert settled(store, 500_000 + 2_000) == 500_000 + 2_000
+
+
+# -- parts and prompts the upstream counted apart (second review) ---------------------------------
+
+CALLS: dict[str, int] = {}
+COUNTED = {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30}
+
+
+def parts_upstream(request: UpstreamRequest) -> MockResponse:
+    body = orjson.loads(request.body)
+    model = body["model"]
+    CALLS[model] = CALLS.get(model, 0) + 1
+    if request.url.endswith("/messages"):  # 5,000 prompt tokens counted at message_start, then the stream breaks
+        start = {"id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": model,
+                 "usage": {"input_tokens": 5000, "output_tokens": 1}}
+        events = [sse({"type": "message_start", "message": start}, b"message_start"),
+                  sse({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                      b"content_block_start")]
+        events += [sse({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}},
+                       b"content_block_delta") for p in PIECES]
+        return MockResponse(200, {"content-type": "text/event-stream"}, chunks=events)
+    if model == "fan-none":  # the part seeded 0 counts everything, the other reports no usage at all
+        if body.get("seed") == 0:
+            return chat_whole(model, COUNTED)
+        whole = orjson.loads(chat_whole(model, COUNTED).body)
+        del whole["usage"]
+        return MockResponse(200, {"content-type": "application/json"}, orjson.dumps(whole))
+    # fan-retry: the first attempt's second part fails; every answer leaves the output's count out
+    if CALLS[model] == 2:
+        return MockResponse(500, {"content-type": "application/json"}, b'{"error": {"message": "engine crashed"}}')
+    return chat_whole(model, PROMPT_ONLY if model == "fan-retry" else COUNTED)
+
+
+@pytest.fixture
+def parts_gateway(loop: BackgroundLoop) -> Iterator[tuple[GatewayServer, MemoryLimitStore]]:
+    CALLS.clear()
+    priced, fan = {"input": 0.0, "output": 100.0}, {"native_n": False}
+    settings = load_config(
+        environ={},
+        auth={"keys": [{"name": "one", "key": KEYS["one"], "budget_usd": 5.0, "budget_period": "total"}]},
+        state_store={"backend": "memory"},
+        providers=[{"name": "p", "base_url": "http://p.test/v1"},
+                   {"name": "a", "kind": "anthropic", "base_url": "http://a.test/v1"}],
+        deployments=[
+            {"model": "fan-none", "provider": "p", "price": priced, "capabilities": fan},
+            {"model": "fan-retry", "provider": "p", "price": priced, "capabilities": fan},
+            {"model": "fan-retry-counted", "provider": "p", "price": priced, "capabilities": fan},
+            {"model": "claude", "provider": "a", "price": {"input": 100.0, "output": 100.0}},
+        ],
+        retry={"attempts_per_endpoint": 2, "max_attempts": 2, "backoff_base": 0.0, "backoff_max": 0.0},
+    )
+    store = MemoryLimitStore()
+    server = GatewayServer(create_app(settings, client_factory=lambda: MockHTTPClient(parts_upstream), limit_store=store), loop)
+    yield server.start(), store
+    server.stop()
+
+
+def test_a_fan_out_part_without_usage_keeps_the_counted_parts_output(parts_gateway: Any) -> None:
+    gw, store = parts_gateway
+    body = {"model": "fan-none", "messages": HI, "n": 2, "seed": 0, "max_tokens": 300}
+    assert post(gw, "/chat/completions", body).count(b"abcdefgh") == 20
+    assert settled(store, 2 * ONE) == 2 * ONE  # 20 counted, 80 characters more: not the uncounted part's alone
+
+
+@pytest.mark.parametrize("model", ["fan-retry", "fan-retry-counted"])
+def test_a_fan_out_retried_after_a_part_failed_charges_the_answer_only(parts_gateway: Any, model: str) -> None:
+    """The failed attempt's answered part reached no client: uncounted, it costs what counted costs."""
+    gw, store = parts_gateway
+    body = {"model": model, "messages": HI, "n": 2, "seed": 0, "max_tokens": 300}
+    assert post(gw, "/chat/completions", body).count(b"abcdefgh") == 20
+    assert CALLS[model] == 4
+    assert settled(store, 2 * ONE) == 2 * ONE
+
+
+def test_a_prompt_counted_before_a_broken_stream_is_charged_in_full(parts_gateway: Any) -> None:
+    """message_start counted 5,000 prompt tokens ($0.50); the stream broke before its usage: the
+    prompt is charged in full beside the estimated output (it settled at the admitted 6,200)."""
+    gw, store = parts_gateway
+    with httpx.stream("POST", gw.url + "/chat/completions", headers=AUTH, timeout=30,
+                      json={"model": "claude", "messages": HI, "max_tokens": 50, "stream": True}) as response:
+        assert b"".join(response.iter_bytes()).count(b"abcdefgh") == 10
+    assert settled(store, 502_000) == 502_000

@@ -212,10 +212,11 @@ def test_a_usage_without_an_output_count_bills_the_output_the_client_got() -> No
     record = accountant.record(ctx)
     assert (record.prompt_tokens, record.completion_tokens, record.usage_estimated) == (30, 20, True)
     assert record.cost_usd == pytest.approx((30 * 2.0 + 20 * 8.0) / 1_000_000)
-    fanned = committed()  # parts that counted some output, one that counted none: the larger stands
+    fanned = committed()  # parts that counted 25 tokens of output, one whose 80 characters were not counted
     fanned.usage = Usage(prompt_tokens=60, completion_tokens=25, completion_reported=False)
     fanned.output_chars, fanned.output_pieces = 80, 10
-    assert accountant.record(fanned).completion_tokens == 25
+    assert accountant.record(fanned).completion_tokens == 25 + 20
+    assert fanned.usage_counted is not None and fanned.usage_counted.completion_tokens == 25
     empty = committed()
     empty.usage = Usage.from_openai({"prompt_tokens": 30, "completion_tokens": 0})
     empty.output_chars, empty.output_pieces = 80, 10

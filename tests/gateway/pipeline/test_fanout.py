@@ -35,7 +35,9 @@ async def test_parts_that_counted_no_prompt_are_billed_the_estimate_for_each_par
     assert (record.prompt_tokens, record.completion_tokens) == (100, 6) and record.usage_estimated
 
 
-async def test_a_part_without_usage_leaves_the_whole_to_the_estimate_with_the_prompt_once_a_part() -> None:
+async def test_a_part_without_usage_is_estimated_from_its_own_text_beside_the_counted_parts() -> None:
+    """Parts that counted 100 + 20 each, one that reported nothing: its prompt is a counted part's,
+    its output its own 40 characters (10 tokens), so 300 + 50 (the whole was once estimated: 150 + 30)."""
     ctx = RequestContext(request_id="r", op="chat", started=0.0, body={"model": "m", "n": 3}, model="m", endpoint_id="p/m")
     ctx.route = SimpleNamespace(features=SimpleNamespace(prompt_tokens=50, max_output_tokens=None))  # type: ignore[assignment]
     ctx.committed = True
@@ -48,6 +50,7 @@ async def test_a_part_without_usage_leaves_the_whole_to_the_estimate_with_the_pr
 
     endpoint: Any = SimpleNamespace(id="p/m")
     await fan_out(ctx, endpoint, 3, attempt)
-    assert ctx.usage is None
+    assert ctx.usage is not None and not ctx.usage.completion_reported
     record = Accountant(lambda _: Price(input=1.0, output=1.0), lambda: 1.0).record(ctx)
-    assert record.prompt_tokens == 150 and record.usage_estimated  # the prompt went in 3 requests
+    assert (record.prompt_tokens, record.completion_tokens, record.usage_estimated) == (300, 50, True)
+    assert ctx.usage_counted is not None and ctx.usage_counted.completion_tokens == 40  # settled in full
