@@ -171,6 +171,11 @@ class Dispatcher:
         )
 
     async def _attempt(self, ctx: RequestContext, endpoint: Endpoint) -> Completed | Streaming:
+        # What an earlier, failed attempt reported or had counted reached no client: its text is not
+        # this answer's, nor its fan-out's prompt count (gateway.pipeline.estimate).
+        ctx.usage = ctx.prompt_usage = None
+        ctx.output_chars = ctx.output_pieces = 0
+        ctx.prompt_requests = 1
         if (n := fan_out_count(ctx, endpoint)) > 1:  # the endpoint ignores `n`: one request per choice
             return await fan_out(ctx, endpoint, n, self._send)
         return await self._send(ctx, endpoint, ctx.body_for(endpoint.id))

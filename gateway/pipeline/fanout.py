@@ -73,8 +73,11 @@ async def _parts(
     # The relay's count when the part began (part 0's first events: counted before this runs). A part
     # that counted its output takes its text back out: the counters keep the uncounted parts' only.
     mark = 0, 0
+    usage: Usage | None = None
+    pending = False  # a part has begun and is not in `usages` yet
     try:
         for part, body in enumerate(bodies):
+            usage, pending = None, True
             if part:
                 ttft, ctx.usage = ctx.ttft, None
                 result = await attempt(ctx, endpoint, body)
@@ -99,6 +102,7 @@ async def _parts(
                     endpoint=endpoint.id,
                 )
             usages.append(usage)
+            pending = False
             if usage is not None and usage.completion_reported:
                 ctx.output_chars, ctx.output_pieces = mark
             mark = ctx.output_chars, ctx.output_pieces
@@ -107,6 +111,13 @@ async def _parts(
         total = add_usages(usages)
         ctx.usage = total
         yield ParsedChunk(merger.closing(), usage=total, done=True)
+    except BaseException:
+        # A part failed, broke or the client left: the parts that finished keep their counts, and so
+        # does the unfinished one where it counted its output (else its text counted is estimated).
+        if pending and usage is not None and usage.completion_reported:
+            ctx.output_chars, ctx.output_pieces = mark
+        ctx.usage = add_usages([*usages, usage] if pending else usages)
+        raise
     finally:
         await _close(current)
 

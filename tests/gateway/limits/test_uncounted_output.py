@@ -239,3 +239,139 @@ def test_a_prompt_counted_before_a_broken_stream_is_charged_in_full(parts_gatewa
                       json={"model": "claude", "messages": HI, "max_tokens": 50, "stream": True}) as response:
         assert b"".join(response.iter_bytes()).count(b"abcdefgh") == 10
     assert settled(store, 502_000) == 502_000
+
+
+# -- fan-outs that fail part-way or fall back (third review) ----------------------------------------
+
+ATTEMPTS: dict[str, int] = {}
+
+
+def stream_of(model: str, usage: dict[str, Any] | None, *, done: bool = True) -> MockResponse:
+    chunks = [chat_chunk(model, {"role": "assistant", "content": ""})]
+    chunks += [chat_chunk(model, {"content": p}) for p in PIECES]
+    if not done:  # breaks after the text
+        return MockResponse(200, {"content-type": "text/event-stream"}, chunks=chunks)
+    chunks.append(chat_chunk(model, {}, "stop"))
+    if usage is not None:
+        chunks.append(sse({"id": "x", "object": "chat.completion.chunk", "created": 1, "model": model,
+                           "choices": [], "usage": usage}))
+    return MockResponse(200, {"content-type": "text/event-stream"}, chunks=[*chunks, b"data: [DONE]\n\n"])
+
+
+def failing_upstream(request: UpstreamRequest) -> MockResponse:
+    body = orjson.loads(request.body)
+    model = body["model"]
+    key = model + ("@" + request.url.split("//")[1].split("/")[0])
+    ATTEMPTS[key] = ATTEMPTS.get(key, 0) + 1
+    if model == "fan-500":  # part 0 counts its output; part 1's request fails
+        if body.get("seed") == 0:
+            return stream_of(model, COUNTED)
+        return MockResponse(500, {"content-type": "application/json"}, b'{"error": {"message": "engine crashed"}}')
+    if model == "fan-break":  # part 0 counts its output; part 1 streams its text and breaks
+        return stream_of(model, COUNTED, done=body.get("seed") == 0)
+    if model == "mixed":
+        if "a.test" in request.url:  # fan-out endpoint: part 0 answers without usage, part 1 fails
+            if body.get("seed") == 0:
+                whole = orjson.loads(chat_whole(model, COUNTED).body)
+                del whole["usage"]
+                return MockResponse(200, {"content-type": "application/json"}, orjson.dumps(whole))
+            return MockResponse(500, {"content-type": "application/json"}, b'{"error": {"message": "engine crashed"}}')
+        # native-n endpoint: one answer of two choices, 80 chars each, usage without completion_tokens
+        whole = orjson.loads(chat_whole(model, PROMPT_ONLY).body)
+        whole["choices"].append({**whole["choices"][0], "index": 1})
+        return MockResponse(200, {"content-type": "application/json"}, orjson.dumps(whole))
+    raise AssertionError(model)
+
+
+@pytest.fixture
+def failing_gateway(loop: BackgroundLoop) -> Iterator[tuple[GatewayServer, MemoryLimitStore]]:
+    ATTEMPTS.clear()
+    priced, fan = {"input": 0.0, "output": 100.0}, {"native_n": False}
+    settings = load_config(
+        environ={},
+        auth={"keys": [{"name": "one", "key": KEYS["one"], "budget_usd": 5.0, "budget_period": "total"}]},
+        state_store={"backend": "memory"},
+        providers=[{"name": "p", "base_url": "http://p.test/v1"}, {"name": "a", "base_url": "http://a.test/v1"},
+                   {"name": "b", "base_url": "http://b.test/v1"}],
+        deployments=[
+            {"model": "fan-500", "provider": "p", "price": priced, "capabilities": fan},
+            {"model": "fan-break", "provider": "p", "price": priced, "capabilities": fan},
+            {"model": "mixed", "provider": "a", "price": priced, "capabilities": fan},
+            {"model": "mixed", "provider": "b", "price": priced},
+        ],
+        retry={"attempts_per_endpoint": 1, "max_attempts": 2, "backoff_base": 0.0, "backoff_max": 0.0},
+    )
+    store = MemoryLimitStore()
+    server = GatewayServer(create_app(settings, client_factory=lambda: MockHTTPClient(failing_upstream), limit_store=store), loop)
+    yield server.start(), store
+    server.stop()
+
+
+def sent(g: GatewayServer, body: dict[str, Any]) -> bytes:
+    with httpx.stream("POST", g.url + "/chat/completions", headers=AUTH, json=body, timeout=30) as r:
+        return b"".join(r.iter_bytes())
+
+
+@pytest.mark.parametrize("model", ["fan-500", "fan-break"])
+def test_a_streamed_fan_out_whose_later_part_fails_charges_what_went_out(failing_gateway: Any, model: str) -> None:
+    g, store = failing_gateway
+    """Part 0 counted its 20 tokens; part 1 failed to start (500) or broke after its 80 characters.
+    Once the counted part's text was taken out of the counters, its output went free (0 and 2,000)."""
+    sent(g, {"model": model, "messages": HI, "n": 2, "seed": 0, "max_tokens": 300, "stream": True,
+             "stream_options": {"include_usage": True}})
+    # part 0: 20 tokens counted by the upstream (2,000 micro-$); fan-break: + part 1's 80 chars (2,000)
+    expected = ONE if model == "fan-500" else 2 * ONE
+    assert settled(store, expected) == expected
+
+
+def test_a_fan_out_that_falls_back_to_an_endpoint_with_native_n_charges_the_answer_only(failing_gateway: Any) -> None:
+    g, store = failing_gateway
+    """The fan-out's answered part on endpoint a reached no client: the answer from b is what
+    counts (the failed attempt's text was counted on top: 6,000)."""
+    out = sent(g, {"model": "mixed", "messages": HI, "n": 2, "seed": 0, "max_tokens": 300,
+                   "provider": {"order": ["a", "b"]}})
+    assert out.count(b"abcdefgh") == 20
+    assert settled(store, 2 * ONE) == 2 * ONE  # the client got 160 chars = 40 tokens
+
+
+def ordered_upstream(request: UpstreamRequest) -> MockResponse:
+    body = orjson.loads(request.body)
+    model = body["model"]
+    if model == "rev":  # part 0 leaves the output count out, part 1 counts it
+        return stream_of(model, PROMPT_ONLY if body.get("seed") == 0 else COUNTED)
+    # "cont": part 0 sends usage with a running output count on every chunk (the first included);
+    # part 1 sends prompt-only usage
+    if body.get("seed") == 0:
+        chunks = [chat_chunk(model, {"role": "assistant", "content": ""}, usage={**COUNTED, "completion_tokens": 0, "total_tokens": 10})]
+        chunks += [chat_chunk(model, {"content": p}, usage={**COUNTED, "completion_tokens": 2 * (i + 1)}) for i, p in enumerate(PIECES)]
+        chunks.append(chat_chunk(model, {}, "stop", usage=COUNTED))
+        return MockResponse(200, {"content-type": "text/event-stream"}, chunks=[*chunks, b"data: [DONE]\n\n"])
+    return stream_of(model, PROMPT_ONLY)
+
+
+@pytest.fixture
+def ordered_gateway(loop: BackgroundLoop) -> Iterator[tuple[GatewayServer, MemoryLimitStore]]:
+    priced, fan = {"input": 0.0, "output": 100.0}, {"native_n": False}
+    settings = load_config(
+        environ={},
+        auth={"keys": [{"name": "one", "key": KEYS["one"], "budget_usd": 5.0, "budget_period": "total"}]},
+        state_store={"backend": "memory"},
+        providers=[{"name": "p", "base_url": "http://p.test/v1"}],
+        deployments=[{"model": m, "provider": "p", "price": priced, "capabilities": fan} for m in ("rev", "cont")],
+        retry={"attempts_per_endpoint": 1, "max_attempts": 1},
+    )
+    store = MemoryLimitStore()
+    server = GatewayServer(create_app(settings, client_factory=lambda: MockHTTPClient(ordered_upstream), limit_store=store), loop)
+    yield server.start(), store
+    server.stop()
+
+
+@pytest.mark.parametrize("model", ["rev", "cont"])
+@pytest.mark.parametrize("usage", [True, False])
+def test_a_streamed_fan_out_counts_each_part_once_whatever_reports_its_output(ordered_gateway: Any, model: str, usage: bool) -> None:
+    g, store = ordered_gateway
+    body = {"model": model, "messages": HI, "n": 2, "seed": 0, "max_tokens": 300, "stream": True}
+    if usage:
+        body["stream_options"] = {"include_usage": True}
+    assert sent(g, body).count(b"abcdefgh") == 20
+    assert settled(store, 2 * ONE) == 2 * ONE
