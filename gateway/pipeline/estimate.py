@@ -152,8 +152,7 @@ def counted_part(ctx: RequestContext, usage: Usage | None) -> Usage:
     if usage is not None and usage.prompt_reported:
         prompt, cached = usage.prompt_tokens, usage.cached_tokens
     elif ctx.prompt_usage is not None and ctx.prompt_usage.prompt_reported:
-        times = ctx.prompt_requests
-        prompt, cached = ctx.prompt_usage.prompt_tokens * times, ctx.prompt_usage.cached_tokens * times
+        prompt, cached = _prompt(ctx)  # the upstream's count, once a request
     else:
         prompt, cached = 0, 0
     completion = usage.completion_tokens if usage is not None else 0

@@ -5,7 +5,8 @@ the upstream did count is charged in full, not capped at the admitted estimate."
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -85,26 +86,42 @@ def loop() -> Iterator[BackgroundLoop]:
     background.stop()
 
 
-@pytest.fixture
-def gateway(loop: BackgroundLoop) -> Iterator[tuple[GatewayServer, MemoryLimitStore]]:
-    priced = {"input": 0.0, "output": 100.0}
+@contextmanager
+def serving(
+    loop: BackgroundLoop, handler: Callable[[UpstreamRequest], MockResponse], deployments: list[dict[str, Any]],
+    *, providers: list[dict[str, Any]] | None = None, retry: dict[str, Any] | None = None,
+) -> Iterator[tuple[GatewayServer, MemoryLimitStore]]:
+    """A gateway over the mock upstream `handler`, key "one" with a $5 total budget, its limit store."""
     settings = load_config(
         environ={},
         auth={"keys": [{"name": "one", "key": KEYS["one"], "budget_usd": 5.0, "budget_period": "total"}]},
         state_store={"backend": "memory"},
-        providers=[{"name": "p", "base_url": "http://p.test/v1"}],
-        deployments=[
-            {"model": "m", "provider": "p", "price": priced},
-            {"model": "fan", "provider": "p", "price": priced, "capabilities": {"native_n": False}},
-            {"model": "r", "provider": "p", "price": priced, "native": ["responses"]},
-            {"model": "big-prompt", "provider": "p", "price": {"input": 100.0, "output": 100.0}},
-        ],
-        retry={"attempts_per_endpoint": 1, "max_attempts": 1},
+        providers=providers or [{"name": "p", "base_url": "http://p.test/v1"}],
+        deployments=deployments,
+        retry=retry or {"attempts_per_endpoint": 1, "max_attempts": 1},
     )
     store = MemoryLimitStore()
-    server = GatewayServer(create_app(settings, client_factory=lambda: MockHTTPClient(upstream), limit_store=store), loop)
-    yield server.start(), store
-    server.stop()
+    server = GatewayServer(create_app(settings, client_factory=lambda: MockHTTPClient(handler), limit_store=store), loop)
+    try:
+        yield server.start(), store
+    finally:
+        server.stop()
+
+
+PRICED = {"input": 0.0, "output": 100.0}
+FAN = {"native_n": False}
+NO_BACKOFF = {"backoff_base": 0.0, "backoff_max": 0.0}
+
+
+@pytest.fixture
+def gateway(loop: BackgroundLoop) -> Iterator[tuple[GatewayServer, MemoryLimitStore]]:
+    with serving(loop, upstream, [
+        {"model": "m", "provider": "p", "price": PRICED},
+        {"model": "fan", "provider": "p", "price": PRICED, "capabilities": FAN},
+        {"model": "r", "provider": "p", "price": PRICED, "native": ["responses"]},
+        {"model": "big-prompt", "provider": "p", "price": {"input": 100.0, "output": 100.0}},
+    ]) as served:
+        yield served
 
 
 def settled(store: MemoryLimitStore, expected: int) -> int:
@@ -193,25 +210,15 @@ def parts_upstream(request: UpstreamRequest) -> MockResponse:
 @pytest.fixture
 def parts_gateway(loop: BackgroundLoop) -> Iterator[tuple[GatewayServer, MemoryLimitStore]]:
     CALLS.clear()
-    priced, fan = {"input": 0.0, "output": 100.0}, {"native_n": False}
-    settings = load_config(
-        environ={},
-        auth={"keys": [{"name": "one", "key": KEYS["one"], "budget_usd": 5.0, "budget_period": "total"}]},
-        state_store={"backend": "memory"},
-        providers=[{"name": "p", "base_url": "http://p.test/v1"},
-                   {"name": "a", "kind": "anthropic", "base_url": "http://a.test/v1"}],
-        deployments=[
-            {"model": "fan-none", "provider": "p", "price": priced, "capabilities": fan},
-            {"model": "fan-retry", "provider": "p", "price": priced, "capabilities": fan},
-            {"model": "fan-retry-counted", "provider": "p", "price": priced, "capabilities": fan},
-            {"model": "claude", "provider": "a", "price": {"input": 100.0, "output": 100.0}},
-        ],
-        retry={"attempts_per_endpoint": 2, "max_attempts": 2, "backoff_base": 0.0, "backoff_max": 0.0},
-    )
-    store = MemoryLimitStore()
-    server = GatewayServer(create_app(settings, client_factory=lambda: MockHTTPClient(parts_upstream), limit_store=store), loop)
-    yield server.start(), store
-    server.stop()
+    with serving(loop, parts_upstream, [
+        {"model": "fan-none", "provider": "p", "price": PRICED, "capabilities": FAN},
+        {"model": "fan-retry", "provider": "p", "price": PRICED, "capabilities": FAN},
+        {"model": "fan-retry-counted", "provider": "p", "price": PRICED, "capabilities": FAN},
+        {"model": "claude", "provider": "a", "price": {"input": 100.0, "output": 100.0}},
+    ], providers=[{"name": "p", "base_url": "http://p.test/v1"},
+                  {"name": "a", "kind": "anthropic", "base_url": "http://a.test/v1"}],
+       retry={"attempts_per_endpoint": 2, "max_attempts": 2, **NO_BACKOFF}) as served:
+        yield served
 
 
 def test_a_fan_out_part_without_usage_keeps_the_counted_parts_output(parts_gateway: Any) -> None:
@@ -286,25 +293,14 @@ def failing_upstream(request: UpstreamRequest) -> MockResponse:
 @pytest.fixture
 def failing_gateway(loop: BackgroundLoop) -> Iterator[tuple[GatewayServer, MemoryLimitStore]]:
     ATTEMPTS.clear()
-    priced, fan = {"input": 0.0, "output": 100.0}, {"native_n": False}
-    settings = load_config(
-        environ={},
-        auth={"keys": [{"name": "one", "key": KEYS["one"], "budget_usd": 5.0, "budget_period": "total"}]},
-        state_store={"backend": "memory"},
-        providers=[{"name": "p", "base_url": "http://p.test/v1"}, {"name": "a", "base_url": "http://a.test/v1"},
-                   {"name": "b", "base_url": "http://b.test/v1"}],
-        deployments=[
-            {"model": "fan-500", "provider": "p", "price": priced, "capabilities": fan},
-            {"model": "fan-break", "provider": "p", "price": priced, "capabilities": fan},
-            {"model": "mixed", "provider": "a", "price": priced, "capabilities": fan},
-            {"model": "mixed", "provider": "b", "price": priced},
-        ],
-        retry={"attempts_per_endpoint": 1, "max_attempts": 2, "backoff_base": 0.0, "backoff_max": 0.0},
-    )
-    store = MemoryLimitStore()
-    server = GatewayServer(create_app(settings, client_factory=lambda: MockHTTPClient(failing_upstream), limit_store=store), loop)
-    yield server.start(), store
-    server.stop()
+    with serving(loop, failing_upstream, [
+        {"model": "fan-500", "provider": "p", "price": PRICED, "capabilities": FAN},
+        {"model": "fan-break", "provider": "p", "price": PRICED, "capabilities": FAN},
+        {"model": "mixed", "provider": "a", "price": PRICED, "capabilities": FAN},
+        {"model": "mixed", "provider": "b", "price": PRICED},
+    ], providers=[{"name": n, "base_url": f"http://{n}.test/v1"} for n in ("p", "a", "b")],
+       retry={"attempts_per_endpoint": 1, "max_attempts": 2, **NO_BACKOFF}) as served:
+        yield served
 
 
 def sent(g: GatewayServer, body: dict[str, Any]) -> bytes:
@@ -351,19 +347,9 @@ def ordered_upstream(request: UpstreamRequest) -> MockResponse:
 
 @pytest.fixture
 def ordered_gateway(loop: BackgroundLoop) -> Iterator[tuple[GatewayServer, MemoryLimitStore]]:
-    priced, fan = {"input": 0.0, "output": 100.0}, {"native_n": False}
-    settings = load_config(
-        environ={},
-        auth={"keys": [{"name": "one", "key": KEYS["one"], "budget_usd": 5.0, "budget_period": "total"}]},
-        state_store={"backend": "memory"},
-        providers=[{"name": "p", "base_url": "http://p.test/v1"}],
-        deployments=[{"model": m, "provider": "p", "price": priced, "capabilities": fan} for m in ("rev", "cont")],
-        retry={"attempts_per_endpoint": 1, "max_attempts": 1},
-    )
-    store = MemoryLimitStore()
-    server = GatewayServer(create_app(settings, client_factory=lambda: MockHTTPClient(ordered_upstream), limit_store=store), loop)
-    yield server.start(), store
-    server.stop()
+    with serving(loop, ordered_upstream,
+                 [{"model": m, "provider": "p", "price": PRICED, "capabilities": FAN} for m in ("rev", "cont")]) as served:
+        yield served
 
 
 @pytest.mark.parametrize("model", ["rev", "cont"])
