@@ -6,7 +6,7 @@ one is probed to decide its state), and their failures are the probes' availabil
 
 Nothing on the wire says "probe": a provider that could spot probes could serve them honestly and
 users badly. The request is built exactly as the pipeline builds a user's (same adapter, same
-client, same headers); the marker stays inside the gateway, as this client (its budget and counts),
+client, same headers, and the `traceparent` a user's carries where tracing is on); the marker stays inside the gateway, as this client (its budget and counts),
 and probe traffic never passes the pipeline, so it is in no user metric.
 
 Every request is counted against the endpoint's daily budget; tokens come from the reported usage.
@@ -18,10 +18,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kernel.errors import GatewayError, ProviderError, ProviderRejected
 from kernel.values import Usage
+from probes.answer import readable
 from probes.budget import ProbeBudget
 from probes.prompt_identity import fingerprint, reported_prompt_tokens
 from providers.call import call
@@ -65,7 +67,15 @@ def _refusal(message: str, status: int, error: GatewayError) -> ProbeUnavailable
 UserShape = Callable[[str, dict[str, Any], "Endpoint"], dict[str, Any]]
 
 
+# (operation, endpoint) -> the headers a user's request would carry besides the adapter's (tracing's).
+UserHeaders = Callable[[str, "Endpoint"], dict[str, str]]
+
+
 def _as_sent(op: str, body: dict[str, Any], endpoint: Endpoint) -> dict[str, Any]:
+    return {}
+
+
+def _no_headers(op: str, endpoint: Endpoint) -> dict[str, str]:
     return {}
 
 
@@ -73,9 +83,11 @@ class ProbeClient:
     def __init__(
         self, endpoint: Endpoint, http: HTTPClient, timeouts: Timeouts, budget: ProbeBudget,
         shape: UserShape = _as_sent,
+        headers: UserHeaders = _no_headers,
     ) -> None:
         self.endpoint = endpoint
         self._shape = shape
+        self._headers = headers
         self._http = http
         self._timeouts = timeouts
         self._budget = budget
@@ -105,10 +117,13 @@ class ProbeClient:
         payload.update(self._shape(op, payload, ep))
         try:
             request = ep.adapter.build_request(ep.target, op, payload, False)
+            if extra := self._headers(op, ep):
+                request = replace(request, headers={**request.headers, **extra})
             parsed = await call(self._http, self._timeouts, ep, op, request, sent=payload)
             data = json.loads(parsed.body)
             if not isinstance(data, dict):
                 raise ValueError("the answer is not a JSON object")
+            data = readable(data)
         except ProviderError as exc:
             if exc.upstream_status is None:
                 raise self._unavailable(exc) from None

@@ -169,3 +169,25 @@ async def test_an_answer_that_is_not_a_json_object_is_unreadable(body: Any) -> N
     with pytest.raises(ProbeUnavailable):
         await client.chat({"messages": [{"role": "user", "content": "x"}]})
     assert client.errors == 1
+
+
+@pytest.mark.parametrize(("usage", "kept"), [
+    ({"prompt_tokens": "n/a", "completion_tokens": 3}, {"completion_tokens": 3}),
+    ({"prompt_tokens": -5, "completion_tokens": True, "total_tokens": 7}, {"total_tokens": 7}),
+    ({"prompt_tokens": 1e300, "completion_tokens": 2.5, "total_tokens": 2**60}, {}),
+    ("none", None), ([1], None), (7, None),
+])
+async def test_an_answer_reaches_the_probe_with_only_its_valid_counts(usage: Any, kept: Any) -> None:
+    # The probes read `usage` from the answer: `int(usage.get("prompt_tokens") or 0)` on "n/a" raised,
+    # and `.get` on a list did, which ended the probe "error" and hid the answers' text from its rules.
+    answer = await answering(_answer(usage)).chat({"messages": [{"role": "user", "content": "x"}]})
+    assert answer.get("usage") == kept
+    assert answer["choices"][0]["message"]["content"] == "hi"
+
+
+@pytest.mark.parametrize("choices", ["text", [1], [{"index": 0, "message": "hi"}], {"0": {}}])
+async def test_an_answer_whose_choices_cannot_be_read_is_unreadable(choices: Any) -> None:
+    client = answering({"object": "chat.completion", "choices": choices})
+    with pytest.raises(ProbeUnavailable, match="unreadable"):
+        await client.chat({"messages": [{"role": "user", "content": "x"}]})
+    assert client.errors == 1
