@@ -12,6 +12,8 @@ import asyncio
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
+from kernel.tasks import RECANCEL_S
+
 
 async def gather_or_cancel(*aws: Awaitable[Any]) -> list[Any]:
     tasks = [asyncio.ensure_future(a) for a in aws]
@@ -23,9 +25,20 @@ async def gather_or_cancel(*aws: Awaitable[Any]) -> list[Any]:
 
 
 async def cancel_all(tasks: Sequence[asyncio.Future[Any]]) -> None:
-    """Cancel these tasks and wait until each has finished (a cancel of this wait is deferred until then)."""
+    """Cancel these tasks and wait until each has finished. The cancel is repeated while one runs on
+    (a library may drop one: `kernel.tasks.cancel_and_wait`), and a cancel of this wait is raised
+    only once they have all finished, so none is left sending behind the caller."""
     for task in tasks:
         task.cancel()
-    if tasks:
-        # shield: the caller being cancelled again must not leave them unfinished behind it.
-        await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+    interrupted = False
+    while pending := [t for t in tasks if not t.done()]:
+        try:
+            await asyncio.wait(pending, timeout=RECANCEL_S)
+        except asyncio.CancelledError:
+            interrupted = True
+            continue
+        for task in pending:
+            if not task.done():  # ran on: its cancel was dropped
+                task.cancel()
+    if interrupted:
+        raise asyncio.CancelledError
