@@ -16,7 +16,7 @@ from gateway.state_store import StateStore
 from kernel.clock import Clock
 from probes.baselines import BaselineStore, MemoryBaselines
 from probes.budget import ProbeBudget
-from probes.client import UserShape
+from probes.client import UserHeaders, UserShape
 from probes.evidence import EvidenceStore
 from probes.fleet import FleetLedger
 from probes.registry import ProbeRegistry
@@ -41,10 +41,11 @@ def build_runner(
     persistence: Persistence | None = None,
     metrics: GatewayMetrics | None = None,
     shape: UserShape | None = None,
+    headers: UserHeaders | None = None,
     registry: ProbeRegistry | None = None,
 ) -> ProbeRunner:
-    """`store`: where the probes share evidence; `shape`: what routing adds to a user's request
-    (its prompt_cache_key), so nothing marks a probe's."""
+    """`store`: where the probes share evidence; `shape` and `headers`: what routing adds to a user's
+    request (its prompt_cache_key) and what tracing adds to its headers, so nothing marks a probe's."""
     wall = persistence.wall if persistence is not None else time.time
     budget = ProbeBudget(
         requests_per_day=settings.budget_requests_per_day, tokens_per_day=settings.budget_tokens_per_day, clock=wall
@@ -64,7 +65,7 @@ def build_runner(
         registry=registry or ProbeRegistry(),
         evidence=EvidenceStore(store),
         baselines=baselines,
-        client_factory=make_client_factory(client, settings, budget, shape),
+        client_factory=make_client_factory(client, settings, budget, shape, headers),
         wall=wall,
         persistence=runs,
         metrics=metrics,

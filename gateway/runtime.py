@@ -123,6 +123,11 @@ def build_state(
         admit_keys=False,
         key_policies=limiter.key_policy,  # keys' and teams' regions and data policy
     )
+    tracing = None
+    if settings.tracing.enabled:  # the OpenTelemetry SDK (the `otel` extra) loads only then
+        from gateway.tracing.wiring import build_tracing
+
+        tracing = build_tracing(settings.tracing, clock=clock, exporter=span_exporter)
     # On-demand audits, the scheduler and the tool-call monitor's confirmations run the probes.
     probes = build_runner(
         settings.probes,
@@ -133,6 +138,7 @@ def build_state(
         persistence=persistence,
         metrics=metrics,
         shape=router.extra_for,
+        headers=tracing.observer.probe_headers if tracing else None,
     )
     tool_monitor = ToolCallMonitor(
         health_states,
@@ -144,11 +150,6 @@ def build_state(
         # A passive alarm may only start the gateway's own suite.
         confirm=partial(probes.run, probes=["toolcalls"], trigger=TOOL_MONITOR),
     )
-    tracing = None
-    if settings.tracing.enabled:  # the OpenTelemetry SDK (the `otel` extra) loads only then
-        from gateway.tracing.wiring import build_tracing
-
-        tracing = build_tracing(settings.tracing, clock=clock, exporter=span_exporter)
     # The one way back from a request: every party that learns from it, as peers, in this order.
     feedback = Observers(
         [

@@ -29,7 +29,7 @@ from kernel.health import HealthState, Transition
 from probes.base import ProbeContext, ProbeResult
 from probes.baselines import BaselineStore
 from probes.budget import BudgetExhausted, ProbeBudget
-from probes.client import ProbeClient, ProbeUnavailable, UserShape
+from probes.client import ProbeClient, ProbeUnavailable, UserHeaders, UserShape
 from probes.consistency import UsageConsistency
 from probes.evidence import EvidenceState, EvidenceStore
 from probes.fleet import FleetLedger
@@ -467,14 +467,18 @@ class ProbeRunner:
 
 
 def make_client_factory(
-    http: HTTPClient, settings: ProbeSettings, budget: ProbeBudget, shape: UserShape | None = None
+    http: HTTPClient,
+    settings: ProbeSettings,
+    budget: ProbeBudget,
+    shape: UserShape | None = None,
+    headers: UserHeaders | None = None,
 ) -> ClientFactory:
     t = settings.request_timeout
     timeouts = Timeouts(connect=min(10.0, t), first_byte=t, between_chunks=t, total=t)
+    hooks: dict[str, Any] = {"shape": shape, "headers": headers}
+    hooks = {name: hook for name, hook in hooks.items() if hook is not None}
 
     def factory(endpoint: Endpoint) -> ProbeClient:
-        if shape is None:
-            return ProbeClient(endpoint, http, timeouts, budget)
-        return ProbeClient(endpoint, http, timeouts, budget, shape)
+        return ProbeClient(endpoint, http, timeouts, budget, **hooks)
 
     return factory

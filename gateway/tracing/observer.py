@@ -136,6 +136,25 @@ class TracingObserver:
             self._servers[endpoint.id] = attrs
         return attrs
 
+    def probe_headers(self, op: str, endpoint: Endpoint) -> dict[str, str]:
+        """The trace context a probe's request carries upstream, as a user's would: a new trace,
+        sampled as theirs are. Without it a probe stood out wherever tracing is on. A sampled one is
+        recorded as a CLIENT span marked `gateway.probe` (its duration is not measured)."""
+        name = OPERATIONS.get(op, op)
+        model = endpoint.target.upstream_model
+        attrs: Attributes = {
+            "gen_ai.operation.name": name,
+            "gen_ai.request.model": model,
+            "gen_ai.provider.name": endpoint.kind,
+            "gateway.endpoint": endpoint.id,
+            "gateway.provider": endpoint.provider,
+            "gateway.probe": True,
+            **self._server(endpoint),
+        }
+        span = self._tracer.start_span(f"{name} {model}", kind=SpanKind.CLIENT, attributes=attrs)
+        span.end()
+        return {"traceparent": traceparent(span)}
+
     def request_started(self, ctx: RequestContext) -> None:
         self._trace(ctx)
 

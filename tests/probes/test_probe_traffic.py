@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
 from gateway.catalog import Endpoint
 from gateway.state import AppState
+from gateway.tracing.settings import TracingConfig
 from probes.base import Effect, ProbeContext, ProbeResult
 from probes.registry import ProbeRegistry
 from tests.fakes.openai_upstream import FakeOpenAIUpstream
@@ -52,12 +54,18 @@ def upstream() -> Iterator[FakeOpenAIUpstream]:
     loop.stop()
 
 
-@pytest.fixture
-def client(tmp_path: Path, upstream: FakeOpenAIUpstream) -> Iterator[TestClient]:
+@pytest.fixture(params=["tracing off", "tracing on"])
+def client(request: pytest.FixtureRequest, tmp_path: Path, upstream: FakeOpenAIUpstream) -> Iterator[TestClient]:
+    # With tracing on, a user's request carries a `traceparent` upstream: a probe's without one stood out.
     config = settings(tmp_path, None)
     providers = [{**p.model_dump(), "base_url": upstream.url} for p in config.providers]
-    app = create_app(config.model_copy(update={"providers": type(config.providers)(
-        type(config.providers[0]).model_validate(p) for p in providers)}))
+    update: dict[str, Any] = {"providers": type(config.providers)(
+        type(config.providers[0]).model_validate(p) for p in providers)}  # fmt: skip
+    exporter = None
+    if request.param == "tracing on":
+        update["tracing"] = TracingConfig(enabled=True, sample_ratio=0.5)
+        exporter = InMemorySpanExporter()
+    app = create_app(config.model_copy(update=update), span_exporter=exporter)
     with TestClient(app) as c:
         state: AppState = c.app_state["gw"]
         state.probes.registry = ProbeRegistry({"logprob_drift": SendsBody}, suites={"quality": ("logprob_drift",)})
@@ -73,7 +81,12 @@ def test_a_probe_request_is_shaped_like_a_user_request(client: TestClient, upstr
     from_user, from_probe = upstream.requests_for("up")
     assert from_probe.path == from_user.path
     assert sorted(from_probe.headers) == sorted(from_user.headers)
-    assert from_probe.headers == from_user.headers  # values too: content-length, host, user agent...
+    traced = {k: v for k, v in from_probe.headers.items() if k != "traceparent"}
+    assert traced == {k: v for k, v in from_user.headers.items() if k != "traceparent"}  # values too
+    if "traceparent" in from_user.headers:  # a trace of its own, in the same W3C form
+        form = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+        assert form.fullmatch(from_probe.headers["traceparent"]) and form.fullmatch(from_user.headers["traceparent"])
+        assert from_probe.headers["traceparent"][3:35] != from_user.headers["traceparent"][3:35]
     # The same bytes, but for the cache key's hash, which routing derives from the API key's name (each
     # user's differs; a probe's is one more, in the same format): the same layout, the same length.
     key = re.compile(rb'"prompt_cache_key":"gw-[0-9a-f]{16}"')

@@ -332,3 +332,20 @@ async def test_a_sampled_client_trace_is_recorded_whatever_the_ratio() -> None:
 
     assert {trace_id(s) for s in gw.spans()} == {TRACE_ID}
     assert len(gw.spans()) == 2
+
+
+async def test_a_probe_request_gets_a_trace_of_its_own_sampled_like_a_users() -> None:
+    # Probes go upstream without the pipeline: without these headers, tracing on told them apart.
+    endpoint = make_endpoint("a", "m")
+    for ratio, recorded in ((1.0, True), (0.0, False)):
+        tracing, exporter = in_memory(FakeClock(), sample_ratio=ratio)
+        headers = [tracing.observer.probe_headers("chat", endpoint)["traceparent"] for _ in range(2)]
+        [first, second] = [parts(tp) for tp in headers]
+        assert first[0] != second[0] and "0" * 32 not in (first[0], second[0])  # new traces
+        assert bool(int(first[2], 16) & SAMPLED) is recorded
+        spans = finished(tracing, exporter)
+        assert len(spans) == (2 if recorded else 0)
+        for span in spans:
+            assert span.kind == SpanKind.CLIENT and span.attributes is not None
+            assert span.attributes["gateway.probe"] is True and span.attributes["gateway.endpoint"] == endpoint.id
+            assert span.name == "chat m" and span.parent is None
