@@ -205,7 +205,7 @@ def audit(root: str, provider: str, probes: str) -> tuple[dict[str, Any], float,
 
 KEPT_DETAILS = ("conversation", "logprob_spread", "outside_head", "mixed_counts", "off_count", "figures",
                 "reference_figures", "truth", "reference_judged", "null_error_rate", "pass_marks", "reasons", "dropped",
-                "same_weights", "template_mismatches", "samplers")
+                "same_weights", "template_mismatches", "samplers", "loops", "seconds")
 
 
 def record(e: Endpoint, run: dict[str, Any], seconds: float) -> dict[str, Any]:

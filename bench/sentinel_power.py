@@ -1,6 +1,6 @@
 """Power and false-positive rates of the sentinel checks, by Monte Carlo over their pure statistics.
 
-- loops: the one-sided binomial test (`probes.sentinels.loops.loop_test`) on the default plan
+- loops: the loop test (`probes.sentinels.loops.loop_test`: repeats and answers) on the default plan
   (4 prompts x 25 T=0 requests + 2 prompts x 25 seeded samples = 150 responses) against a clean
   reference, for injected loop rates r and an honest stack that loops now and then (share b);
 - needle: `judge_retrieval` over the default grid (sizes halving to 128 plus 0.85 and 0.7 of the

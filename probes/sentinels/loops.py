@@ -1,9 +1,10 @@
 """Loop detection: responses that run to `max_tokens` repeating themselves.
 
 A response loops when it ends with `finish_reason=length` and its repeated n-gram ratio is above a
-threshold. Loop-prone prompts are sent at T=0 (repeated) and, seeded, at T>0; the share of looping
-responses is tested one-sided against the share the reference (or the endpoint's own frozen
-baseline) shows on the same cells. Cells where the reference itself loops carry no signal.
+threshold. Loop-prone prompts are sent at T=0 (repeated) and, seeded, at T>0; loops that come and
+go between T=0 repeats are tested against a floor, and the share of looping answers one-sided
+against the share the reference (or the endpoint's own frozen baseline) shows on the same cells
+(`loop_test`). Cells where the reference itself loops carry no signal.
 """
 
 from __future__ import annotations
@@ -52,15 +53,37 @@ class LoopCell:
         return self.loops / self.n if self.n else 0.0
 
 
+def greedy(key: str) -> bool:
+    """Whether a cell holds T=0 repeats of one request (`loop_plan` names them `p<i>@t0`)."""
+    return key.endswith("@t0")
+
+
+def units(cell: LoopCell) -> tuple[int, int]:
+    """(loops, answers) a cell weighs against another engine: a T=0 cell is one answer, repeated
+    (looping where most of its repeats loop); a sampled cell is each of its answers."""
+    if greedy(cell.key):
+        return (int(2 * cell.loops > cell.n), 1) if cell.n else (0, 0)
+    return cell.loops, cell.n
+
+
 def loop_test(
     observed: Sequence[LoopCell], expected: Mapping[str, LoopCell] | None, *, floor: float, informative_below: float,
     alpha: float,
 ) -> Outcome:
-    """One-sided binomial test of the looping share against the expected share.
+    """Excess loops, by two tests (Bonferroni, the smaller p twice):
 
-    The null share is the expected shares weighted by the observed cells' sizes, never below
-    `floor`; cells whose expected share reaches `informative_below` are left out. Without an
-    expectation the null share is the floor. `details["finding"]` is loops or clean.
+    - repeats: in the T=0 cells whose answer does not loop (most repeats do not), the repeats that
+      do, one-sided binomial against `floor`. An engine answers one T=0 request the same way each
+      time but for rare nondeterminism, so loops that come and go are a fault's, on any engine;
+    - answers: the endpoint's loop share against the expected one, one-sided Fisher exact test over
+      `units` (a T=0 cell once, a sampled cell per answer). Engines' greedy answers differ: a T=0
+      cell whose every repeat loops is one looping answer, not `n` of them (counted `n` times, one
+      prompt whose greedy answer looped on an honest engine failed the test at p = 5.7e-05); and
+      the expected share is itself a sample (a reference's 0 of 10 is not a share of 0). Without an
+      expectation the share is tested against `floor`.
+
+    Cells whose expected share reaches `informative_below` are left out. `details["finding"]` is
+    loops or clean.
     """
     expected = expected or {}
     kept = [c for c in observed if c.n and (c.key not in expected or expected[c.key].share < informative_below)]
@@ -74,15 +97,33 @@ def loop_test(
     }
     if not n:
         return Outcome(0.0, samples=0, details={**details, "finding": "uninformative"})
-    null = sum(c.n * (expected[c.key].share if c.key in expected else 0.0) for c in kept) / n
-    null = max(floor, null)
-    p = float(stats.binom.sf(k - 1, n, null)) if k else 1.0
+    clean_repeats = [c for c in kept if greedy(c.key) and 2 * c.loops <= c.n]
+    r_k, r_n = sum(c.loops for c in clean_repeats), sum(c.n for c in clean_repeats)
+    p_repeats = float(stats.binom.sf(r_k - 1, r_n, floor)) if r_k else 1.0
+    mine = [units(c) for c in kept]
+    e_k, e_n = sum(u[0] for u in mine), sum(u[1] for u in mine)
+    theirs = [units(expected[c.key]) for c in kept if c.key in expected]
+    x_k, x_n = sum(u[0] for u in theirs), sum(u[1] for u in theirs)
+    if not e_k:
+        p_answers = 1.0
+    elif x_n:
+        table = [[e_k, e_n - e_k], [x_k, x_n - x_k]]
+        p_answers = float(stats.fisher_exact(table, alternative="greater").pvalue)
+    else:
+        p_answers = float(stats.binom.sf(e_k - 1, e_n, floor))
+    p = min(1.0, 2 * min(p_repeats, p_answers))
     return Outcome(
         k / n,
         p_value=p,
         samples=n,
         reference_samples=sum(c.n for c in expected.values()) or None,
-        details={**details, "null_share": round(null, 4), "loops": k, "finding": "loops" if p <= alpha else "clean"},
+        details={
+            **details,
+            "repeats": {"loops": r_k, "n": r_n, "p_value": p_repeats},
+            "answers": {"loops": e_k, "n": e_n, "expected": [x_k, x_n], "p_value": p_answers},
+            "loops": k,
+            "finding": "loops" if p <= alpha else "clean",
+        },
     )
 
 

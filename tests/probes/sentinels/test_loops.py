@@ -65,8 +65,52 @@ def test_cells_where_the_reference_loops_are_left_out_and_shares_weight_the_null
     expected = {"p0@t0": LoopCell("p0@t0", 1, 1), "p1@t0.8": LoopCell("p1@t0.8", 5, 25), "p2@t0": LoopCell("p2@t0", 0, 1)}
     out = loop_test(observed, expected, **TEST)
     assert out.details["left_out"] == ["p0@t0"]
-    assert out.details["null_share"] == pytest.approx(0.1)
+    assert out.details["answers"]["expected"] == [5, 26]  # p1's samples and p2's one T=0 answer
     assert out.details["finding"] == "clean"
+
+
+# The drill's sizes (6 T=0 repeats of 4 prompts, 10 samples of 2) against a reference's plan.
+REFERENCE = {**{f"p{i}@t0": LoopCell(f"p{i}@t0", 0, 1) for i in range(4)},
+             "p0@t0.8": LoopCell("p0@t0.8", 1, 10), "p1@t0.8": LoopCell("p1@t0.8", 0, 10)}  # fmt: skip
+
+
+def drill_cells(t0: list[int], sampled: list[int]) -> list[LoopCell]:
+    return [*(LoopCell(f"p{i}@t0", k, 6) for i, k in enumerate(t0)),
+            *(LoopCell(f"p{i}@t0.8", k, 10) for i, k in enumerate(sampled))]  # fmt: skip
+
+
+def test_a_prompt_whose_greedy_answer_loops_on_an_honest_engine_is_one_looping_answer():
+    # The 2026-12-07 drill, seed 2: llama-cpp-python's `Llama` (text untouched) looped on every T=0
+    # repeat of one prompt where the reference's greedy answer did not; counted 6 times over, the
+    # test failed it at p = 5.7e-05 (7 of 44 against the reference's 1 of 44).
+    out = loop_test(drill_cells([6, 0, 0, 0], [1, 0]), REFERENCE, **TEST)
+    assert out.details["finding"] == "clean" and out.p_value > 0.1
+    assert out.details["repeats"]["loops"] == 0 and out.details["answers"]["loops"] == 2
+
+
+def test_a_reference_that_sampled_no_loop_is_not_a_share_of_zero():
+    reference = {**REFERENCE, "p0@t0.8": LoopCell("p0@t0.8", 0, 10)}
+    out = loop_test(drill_cells([0, 0, 0, 0], [2, 1]), reference, **TEST)
+    assert out.details["finding"] == "clean" and out.p_value > 0.05  # 3 of 44 against the floor: p = 1e-4
+
+
+def test_loops_that_come_and_go_between_greedy_repeats_are_a_fault():
+    # 20% of answers looping, whatever the request: T=0 repeats of one request disagree.
+    out = loop_test(drill_cells([1, 2, 1, 0], [2, 2]), REFERENCE, **TEST)
+    assert out.details["finding"] == "loops" and out.p_value < 1e-4
+    assert out.details["repeats"] == {"loops": 4, "n": 24, "p_value": pytest.approx(out.p_value / 2)}
+
+
+def test_an_endpoint_whose_every_answer_loops_fails_on_its_answers():
+    out = loop_test(drill_cells([6, 6, 6, 6], [10, 9]), REFERENCE, **TEST)
+    assert out.details["finding"] == "loops" and out.details["answers"]["p_value"] < 1e-6
+    assert out.details["repeats"]["n"] == 0
+
+
+def test_without_an_expectation_answers_are_held_to_the_floor():
+    out = loop_test(drill_cells([6, 6, 0, 0], [0, 0]), None, **TEST)
+    assert out.details["answers"] == {"loops": 2, "n": 24, "expected": [0, 0], "p_value": pytest.approx(0.00108, rel=0.01)}
+    assert out.details["finding"] == "loops"
 
 
 def test_plan_sends_repeats_at_t0_and_seeded_samples_and_the_reference_sends_t0_once():
