@@ -63,8 +63,8 @@ async def measure(endpoints: list[Endpoint], ref_url: str) -> list[dict[str, Any
             expected = {c.key: c for c in ref_cells}
             for e in endpoints:
                 cells = loops.tally(plan, await looped(client, e.base_url, plan, lp, {}, limit))
-                outcome = loops.loop_test(cells, expected, floor=lp.floor, informative_below=lp.informative_below,
-                                          alpha=lp.alpha)  # fmt: skip
+                outcome = loops.loop_test(cells, expected, floor=lp.floor, answer_floor=lp.answer_floor,
+                                          informative_below=lp.informative_below, alpha=lp.alpha)  # fmt: skip
                 p = outcome.p_value if outcome.p_value is not None else 1.0
                 row = {"sizes": size, "kind": e.kind.label, "honest": e.kind.fault_class is None, "p": p,
                        "fails": p <= lp.alpha, "fails_confirm": p <= min(lp.alpha, confirm_alpha),

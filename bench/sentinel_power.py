@@ -45,7 +45,10 @@ def loop_rate(runs: int, rng: np.random.Generator, honest: float, injected: floa
     for _ in range(runs):
         observed = [LoopCell(k, int(rng.binomial(n, p_loop)), n) for k, n, _ in cells]
         expected = {k: LoopCell(k, int(rng.binomial(m, honest)), m) for k, _, m in cells}
-        out = loop_test(observed, expected, floor=lp.floor, informative_below=lp.informative_below, alpha=lp.alpha)
+        out = loop_test(
+            observed, expected, floor=lp.floor, answer_floor=lp.answer_floor,
+            informative_below=lp.informative_below, alpha=lp.alpha,
+        )
         fired += out.details["finding"] == "loops"
     return fired / runs
 

@@ -3,8 +3,8 @@
 An answer is the upstream's JSON, hostile until checked. The probes read each choice (a chat
 choice's `message`, a completion's `text`) and `usage`'s counts. `readable` refuses an answer
 whose choices cannot be read (ValueError: the request counts as the endpoint's error) and keeps of
-`usage` only the counts that are non-negative integers: a count that is a string, negative or
-fractional is one the endpoint did not report, so the probe judges the text it got instead of
+`usage` only the counts that are non-negative integers (12.0 read as 12): a count that is a
+string, negative or fractional is one the endpoint did not report, so the probe judges the text it got instead of
 failing on the count (which once ended the probe "error" and hid a looping endpoint's text).
 """
 
@@ -28,9 +28,15 @@ def readable(data: dict[str, Any]) -> dict[str, Any]:
     answer = {k: v for k, v in data.items() if k != "usage"}
     usage = data.get("usage")
     if isinstance(usage, Mapping):
-        answer["usage"] = {k: v for k in COUNTS if _count(v := usage.get(k))}
+        counts = {k: _count(usage.get(k)) for k in COUNTS}
+        answer["usage"] = {k: v for k, v in counts.items() if v is not None}
     return answer
 
 
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_COUNT
+def _count(value: Any) -> int | None:
+    """A count as an int (12.0 is 12: some servers send JSON numbers as floats), or None."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value) if abs(value) < MAX_COUNT else None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_COUNT:
+        return value
+    return None

@@ -79,7 +79,7 @@ class ToolBox:
         else:
             try:
                 args = json.loads(raw_arguments or "{}")
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nested past the parser
                 return f"error: the arguments are not valid JSON ({exc}); send a JSON object", False
         if not isinstance(args, dict):
             return "error: the arguments must be a JSON object", False

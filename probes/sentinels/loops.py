@@ -2,9 +2,10 @@
 
 A response loops when it ends with `finish_reason=length` and its repeated n-gram ratio is above a
 threshold. Loop-prone prompts are sent at T=0 (repeated) and, seeded, at T>0; loops that come and
-go between T=0 repeats are tested against a floor, and the share of looping answers one-sided
-against the share the reference (or the endpoint's own frozen baseline) shows on the same cells
-(`loop_test`). Cells where the reference itself loops carry no signal.
+go between T=0 repeats are tested against a floor, prompts whose greedy answer loops against a
+higher one, and the seeded answers one-sided against those the reference (or the endpoint's own
+frozen baseline) gave on the same cells (`loop_test`). Cells where the reference itself loops
+carry no signal.
 """
 
 from __future__ import annotations
@@ -58,72 +59,68 @@ def greedy(key: str) -> bool:
     return key.endswith("@t0")
 
 
-def units(cell: LoopCell) -> tuple[int, int]:
-    """(loops, answers) a cell weighs against another engine: a T=0 cell is one answer, repeated
-    (looping where most of its repeats loop); a sampled cell is each of its answers."""
-    if greedy(cell.key):
-        return (int(2 * cell.loops > cell.n), 1) if cell.n else (0, 0)
-    return cell.loops, cell.n
+def _tail(loops: int, n: int, share: float) -> float:
+    """One-sided binomial p of `loops` or more in `n` at `share` (1 without a loop)."""
+    return float(stats.binom.sf(loops - 1, n, share)) if loops else 1.0
 
 
 def loop_test(
-    observed: Sequence[LoopCell], expected: Mapping[str, LoopCell] | None, *, floor: float, informative_below: float,
-    alpha: float,
+    observed: Sequence[LoopCell], expected: Mapping[str, LoopCell] | None, *, floor: float, answer_floor: float,
+    informative_below: float, alpha: float,
 ) -> Outcome:
-    """Excess loops, by two tests (Bonferroni, the smaller p twice):
+    """Excess loops, by up to three tests (Bonferroni over the parts that have answers):
 
     - repeats: in the T=0 cells whose answer does not loop (most repeats do not), the repeats that
       do, one-sided binomial against `floor`. An engine answers one T=0 request the same way each
       time but for rare nondeterminism, so loops that come and go are a fault's, on any engine;
-    - answers: the endpoint's loop share against the expected one, one-sided Fisher exact test over
-      `units` (a T=0 cell once, a sampled cell per answer). Engines' greedy answers differ: a T=0
-      cell whose every repeat loops is one looping answer, not `n` of them (counted `n` times, one
-      prompt whose greedy answer looped on an honest engine failed the test at p = 5.7e-05); and
-      the expected share is itself a sample (a reference's 0 of 10 is not a share of 0). Without an
-      expectation the share is tested against `floor`.
+    - greedy: the T=0 cells whose answer loops (most repeats do), one-sided binomial against
+      `answer_floor`. Engines' greedy answers differ: one prompt whose greedy answer looped on an
+      honest engine, counted once per repeat, failed the test at p = 5.7e-05; counted once, a
+      greedy loop is one answer of a few, and only most prompts looping is a finding;
+    - sampled: the seeded answers at T>0, one-sided Fisher exact test against the expected ones
+      (a reference's 0 of 10 is a sample, not a share of 0); without an expectation, binomial
+      against `answer_floor` (a model's sampled answers loop by themselves).
 
     Cells whose expected share reaches `informative_below` are left out. `details["finding"]` is
     loops or clean.
     """
     expected = expected or {}
     kept = [c for c in observed if c.n and (c.key not in expected or expected[c.key].share < informative_below)]
-    left_out = sorted(c.key for c in observed if c not in kept)
-    n = sum(c.n for c in kept)
-    k = sum(c.loops for c in kept)
     details: dict[str, Any] = {
         "cells": {c.key: [c.loops, c.n] for c in observed},
-        "left_out": left_out,
+        "left_out": sorted(c.key for c in observed if c not in kept),
         "expected": {key: [c.loops, c.n] for key, c in expected.items()},
     }
+    n = sum(c.n for c in kept)
     if not n:
         return Outcome(0.0, samples=0, details={**details, "finding": "uninformative"})
-    clean_repeats = [c for c in kept if greedy(c.key) and 2 * c.loops <= c.n]
-    r_k, r_n = sum(c.loops for c in clean_repeats), sum(c.n for c in clean_repeats)
-    p_repeats = float(stats.binom.sf(r_k - 1, r_n, floor)) if r_k else 1.0
-    mine = [units(c) for c in kept]
-    e_k, e_n = sum(u[0] for u in mine), sum(u[1] for u in mine)
-    theirs = [units(expected[c.key]) for c in kept if c.key in expected]
-    x_k, x_n = sum(u[0] for u in theirs), sum(u[1] for u in theirs)
-    if not e_k:
-        p_answers = 1.0
-    elif x_n:
-        table = [[e_k, e_n - e_k], [x_k, x_n - x_k]]
-        p_answers = float(stats.fisher_exact(table, alternative="greater").pvalue)
+    t0 = [c for c in kept if greedy(c.key)]
+    clean = [c for c in t0 if 2 * c.loops <= c.n]
+    r_k, r_n = sum(c.loops for c in clean), sum(c.n for c in clean)
+    g_k, g_n = len(t0) - len(clean), len(t0)
+    sampled = [c for c in kept if not greedy(c.key)]
+    s_k, s_n = sum(c.loops for c in sampled), sum(c.n for c in sampled)
+    theirs = [expected[c.key] for c in sampled if c.key in expected]
+    x_k, x_n = sum(c.loops for c in theirs), sum(c.n for c in theirs)
+    if s_k and x_n:
+        table = [[s_k, s_n - s_k], [x_k, x_n - x_k]]
+        p_sampled = float(stats.fisher_exact(table, alternative="greater").pvalue)
     else:
-        p_answers = float(stats.binom.sf(e_k - 1, e_n, floor))
-    p = min(1.0, 2 * min(p_repeats, p_answers))
+        p_sampled = _tail(s_k, s_n, answer_floor)
+    parts: dict[str, dict[str, Any]] = {
+        "repeats": {"loops": r_k, "n": r_n, "p_value": _tail(r_k, r_n, floor)},
+        "greedy": {"loops": g_k, "n": g_n, "p_value": _tail(g_k, g_n, answer_floor)},
+        "sampled": {"loops": s_k, "n": s_n, "expected": [x_k, x_n], "p_value": p_sampled},
+    }
+    tested = [part["p_value"] for part in parts.values() if part["n"]]
+    p = min(1.0, len(tested) * min(tested))
+    k = sum(c.loops for c in kept)
     return Outcome(
         k / n,
         p_value=p,
         samples=n,
         reference_samples=sum(c.n for c in expected.values()) or None,
-        details={
-            **details,
-            "repeats": {"loops": r_k, "n": r_n, "p_value": p_repeats},
-            "answers": {"loops": e_k, "n": e_n, "expected": [x_k, x_n], "p_value": p_answers},
-            "loops": k,
-            "finding": "loops" if p <= alpha else "clean",
-        },
+        details={**details, **parts, "loops": k, "finding": "loops" if p <= alpha else "clean"},
     )
 
 

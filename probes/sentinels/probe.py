@@ -88,7 +88,8 @@ class SentinelsProbe:
             else {k: loops.LoopCell(k, *v) for k, v in ((saved["loops"] or {}).get("cells") or {}).items()} or None
         )
         checks["loops"] = loops.loop_test(
-            loop_cells, expected_loops, floor=lp.floor, informative_below=lp.informative_below,
+            loop_cells, expected_loops, floor=lp.floor, answer_floor=lp.answer_floor,
+            informative_below=lp.informative_below,
             alpha=min(lp.alpha, ctx.settings.health.confirm_alpha) if ctx.confirm else lp.alpha,
         )
 

@@ -87,6 +87,11 @@ class LoopSettings(Frozen):
     repetition: float = Field(0.5, gt=0, lt=1)
     # The null share never goes below this floor (nondeterministic stacks loop now and then).
     floor: float = Field(0.002, gt=0, lt=1)
+    # An honest model's answer loops this often on an engine other than the reference's (greedy
+    # answers differ between engines: SmolLM2's looped on one of four prompts on llama-cpp-python's
+    # `Llama`, on none on llama-server). Held to it: the prompts whose greedy answer loops, and the
+    # sampled answers where nothing is expected of them.
+    answer_floor: float = Field(0.1, gt=0, lt=1)
     # Cells where the reference itself loops at least this often carry no signal and are left out.
     informative_below: float = Field(0.5, gt=0, le=1)
     alpha: float = Field(0.01, gt=0, lt=1)

@@ -20,7 +20,7 @@ from scipy import stats
 from probes.base import Grounds, Verdict
 from probes.settings import ToolCallSettings
 from probes.toolcalls.cases import Case, ExpectedCall
-from probes.toolcalls.validator import SchemaCache, ToolSpec, classify_response
+from probes.toolcalls.validator import SchemaCache, ToolSpec, calls_of, classify_response
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,17 +42,22 @@ class CaseOutcome:
         return cls(case_id, bool(data["t"]), bool(data["j"]), bool(data["s"]), bool(data["b"]), data.get("x"), {})
 
 
+def _first_choice(response: Mapping[str, Any]) -> Mapping[str, Any]:
+    choices = response.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    return first if isinstance(first, Mapping) else {}
+
+
 def _parsed_calls(response: Mapping[str, Any]) -> list[tuple[Any, Any]]:
-    choices = response.get("choices") or [{}]
-    message = choices[0].get("message") or {}
+    """The first choice's calls, arguments parsed (None where they are not JSON)."""
+    message = _first_choice(response).get("message")
     out = []
-    for call in message.get("tool_calls") or ():
-        fn = call.get("function") or {}
+    for name, arguments in calls_of(message if isinstance(message, Mapping) else {}):
         try:
-            args = json.loads(fn.get("arguments") or "{}")
-        except (TypeError, ValueError):
+            args = json.loads(arguments or "{}") if isinstance(arguments, str) else arguments
+        except (ValueError, RecursionError):
             args = None
-        out.append((fn.get("name"), args))
+        out.append((name, args))
     return out
 
 
@@ -71,8 +76,7 @@ def cut_early(case: Case, response: Mapping[str, Any]) -> bool:
     """finish_reason "length" with fewer completion tokens than the case's max_tokens: not the
     client's cut (the suite's prompts are far from any context window), so the answer is judged,
     and bad, instead of being left out where an endpoint could hide a broken call."""
-    choices = response.get("choices") or [{}]
-    if not isinstance(choices[0], Mapping) or choices[0].get("finish_reason") != "length":
+    if _first_choice(response).get("finish_reason") != "length":
         return False
     usage = response.get("usage")
     tokens = usage.get("completion_tokens") if isinstance(usage, Mapping) else None

@@ -140,7 +140,7 @@ def classify_call(name: Any, arguments: Any, spec: ToolSpec, schemas: SchemaCach
         text = arguments.strip() or "{}"  # some engines send "" for a tool without parameters
         try:
             parsed = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past the parser's depth: no call anyone can read
             return "invalid_json"
     elif isinstance(arguments, dict):
         parsed = arguments  # a non-conforming engine sent an object: judge its content
@@ -160,7 +160,8 @@ def classify_call(name: Any, arguments: Any, spec: ToolSpec, schemas: SchemaCach
     return "ok" if valid else "schema_mismatch"
 
 
-def _calls_of(message: Mapping[str, Any]) -> list[tuple[Any, Any]]:
+def calls_of(message: Mapping[str, Any]) -> list[tuple[Any, Any]]:
+    """(name, arguments) of each call a message carries, whatever shape each has (None where unreadable)."""
     calls = message.get("tool_calls") or []
     out = []
     for call in calls if isinstance(calls, list) else ():
@@ -208,7 +209,7 @@ def leaks_call(content: Any, names: Sequence[str]) -> bool:
         tried += 1
         try:
             obj, end = decoder.raw_decode(text, brace)
-        except ValueError:
+        except (ValueError, RecursionError):
             start = brace + 1
             continue
         if _names_a_tool(obj, names):
@@ -222,7 +223,7 @@ def classify_choice(
 ) -> ChoiceReport:
     if finish_reason is None or finish_reason in UNJUDGED_FINISH:
         return ChoiceReport(truncated=True)
-    calls = tuple(classify_call(name, args, spec, schemas) for name, args in _calls_of(message))
+    calls = tuple(classify_call(name, args, spec, schemas) for name, args in calls_of(message))
     if calls:
         mismatch = finish_reason not in ("tool_calls", "stop")
         return ChoiceReport(calls, finish_mismatch=mismatch)

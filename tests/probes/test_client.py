@@ -175,6 +175,8 @@ async def test_an_answer_that_is_not_a_json_object_is_unreadable(body: Any) -> N
     ({"prompt_tokens": "n/a", "completion_tokens": 3}, {"completion_tokens": 3}),
     ({"prompt_tokens": -5, "completion_tokens": True, "total_tokens": 7}, {"total_tokens": 7}),
     ({"prompt_tokens": 1e300, "completion_tokens": 2.5, "total_tokens": 2**60}, {}),
+    ({"prompt_tokens": 12.0, "completion_tokens": 3, "total_tokens": 15.0}, {"prompt_tokens": 12, "completion_tokens": 3,
+                                                                             "total_tokens": 15}),
     ("none", None), ([1], None), (7, None),
 ])
 async def test_an_answer_reaches_the_probe_with_only_its_valid_counts(usage: Any, kept: Any) -> None:
@@ -189,5 +191,14 @@ async def test_an_answer_reaches_the_probe_with_only_its_valid_counts(usage: Any
 async def test_an_answer_whose_choices_cannot_be_read_is_unreadable(choices: Any) -> None:
     client = answering({"object": "chat.completion", "choices": choices})
     with pytest.raises(ProbeUnavailable, match="unreadable"):
+        await client.chat({"messages": [{"role": "user", "content": "x"}]})
+    assert client.errors == 1
+
+
+async def test_an_answer_nested_past_the_parsers_depth_is_unreadable() -> None:
+    deep = b'{"choices": [], "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"  # RecursionError in json.loads
+    client = ProbeClient(make_endpoint("ep", "m"), MockHTTPClient(lambda request: MockResponse(status=200, body=deep)),
+                         TIMEOUTS, ProbeBudget(requests_per_day=100, tokens_per_day=0, clock=time.time))  # fmt: skip
+    with pytest.raises(ProbeUnavailable):
         await client.chat({"messages": [{"role": "user", "content": "x"}]})
     assert client.errors == 1

@@ -89,6 +89,13 @@ async def test_malformed_calls_get_errors_and_count_as_steps() -> None:
     assert sandbox.calls == []  # nothing was ever written, so nothing ran
 
 
+async def test_arguments_nested_past_the_recursion_limit_get_an_error_not_an_exception() -> None:
+    client = ScriptedClient(reply(call("write_file", "[" * 100_000 + "]" * 100_000)), reply(content="done"))
+    run = await run_agent(ROMAN, client, FakeSandbox.reporting([]), LoopConfig(max_steps=4))
+    assert (run.stop, run.malformed_calls) == ("final", 1)
+    assert "not valid JSON" in tool_messages(client.requests[-1])[0]
+
+
 async def test_stops_after_max_steps() -> None:
     sandbox = FakeSandbox.reporting([("test_a", "test", False)])
     client = ScriptedClient(reply(call("write_file", {"path": "roman.py", "content": "x = 1\n"})))

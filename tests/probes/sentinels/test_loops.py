@@ -1,4 +1,5 @@
 import pytest
+from scipy import stats
 
 from probes.sentinels.loops import (
     LoopCell,
@@ -11,7 +12,7 @@ from probes.sentinels.loops import (
     tally,
 )
 
-TEST = {"floor": 0.002, "informative_below": 0.5, "alpha": 0.01}
+TEST = {"floor": 0.002, "answer_floor": 0.1, "informative_below": 0.5, "alpha": 0.01}
 
 
 def test_ngram_ratio_is_zero_without_repeats_and_high_for_a_loop():
@@ -65,7 +66,8 @@ def test_cells_where_the_reference_loops_are_left_out_and_shares_weight_the_null
     expected = {"p0@t0": LoopCell("p0@t0", 1, 1), "p1@t0.8": LoopCell("p1@t0.8", 5, 25), "p2@t0": LoopCell("p2@t0", 0, 1)}
     out = loop_test(observed, expected, **TEST)
     assert out.details["left_out"] == ["p0@t0"]
-    assert out.details["answers"]["expected"] == [5, 26]  # p1's samples and p2's one T=0 answer
+    assert out.details["sampled"]["expected"] == [5, 25]
+    assert out.details["repeats"] == {"loops": 0, "n": 25, "p_value": 1.0}
     assert out.details["finding"] == "clean"
 
 
@@ -85,32 +87,47 @@ def test_a_prompt_whose_greedy_answer_loops_on_an_honest_engine_is_one_looping_a
     # test failed it at p = 5.7e-05 (7 of 44 against the reference's 1 of 44).
     out = loop_test(drill_cells([6, 0, 0, 0], [1, 0]), REFERENCE, **TEST)
     assert out.details["finding"] == "clean" and out.p_value > 0.1
-    assert out.details["repeats"]["loops"] == 0 and out.details["answers"]["loops"] == 2
+    assert out.details["repeats"]["loops"] == 0 and out.details["greedy"] == {
+        "loops": 1, "n": 4, "p_value": pytest.approx(1 - 0.9**4)}
+
+
+def test_most_prompts_looping_at_t0_is_a_finding():
+    out = loop_test(drill_cells([6, 6, 5, 6], [1, 0]), REFERENCE, **TEST)
+    assert out.details["greedy"]["p_value"] == pytest.approx(1e-4)
+    assert out.details["repeats"]["n"] == 0  # every T=0 cell loops: two parts tested
+    assert out.details["finding"] == "loops" and out.p_value == pytest.approx(2e-4)
 
 
 def test_a_reference_that_sampled_no_loop_is_not_a_share_of_zero():
     reference = {**REFERENCE, "p0@t0.8": LoopCell("p0@t0.8", 0, 10)}
     out = loop_test(drill_cells([0, 0, 0, 0], [2, 1]), reference, **TEST)
-    assert out.details["finding"] == "clean" and out.p_value > 0.05  # 3 of 44 against the floor: p = 1e-4
+    # Fisher: 3 of 20 against 0 of 20 (against a share of 0 or the floor: p = 9e-06)
+    assert out.details["sampled"]["p_value"] == pytest.approx(1140 / 9880)
+    assert out.details["finding"] == "clean"
 
 
 def test_loops_that_come_and_go_between_greedy_repeats_are_a_fault():
     # 20% of answers looping, whatever the request: T=0 repeats of one request disagree.
     out = loop_test(drill_cells([1, 2, 1, 0], [2, 2]), REFERENCE, **TEST)
-    assert out.details["finding"] == "loops" and out.p_value < 1e-4
-    assert out.details["repeats"] == {"loops": 4, "n": 24, "p_value": pytest.approx(out.p_value / 2)}
+    assert out.details["finding"] == "loops" and out.p_value < 1e-5
+    assert out.details["repeats"] == {"loops": 4, "n": 24, "p_value": pytest.approx(out.p_value / 3)}
 
 
 def test_an_endpoint_whose_every_answer_loops_fails_on_its_answers():
     out = loop_test(drill_cells([6, 6, 6, 6], [10, 9]), REFERENCE, **TEST)
-    assert out.details["finding"] == "loops" and out.details["answers"]["p_value"] < 1e-6
-    assert out.details["repeats"]["n"] == 0
+    assert out.details["finding"] == "loops" and out.details["sampled"]["p_value"] < 1e-6
+    assert out.details["repeats"]["n"] == 0 and out.details["greedy"]["loops"] == 4
+    assert out.p_value == pytest.approx(2 * out.details["sampled"]["p_value"])  # two parts had answers
 
 
-def test_without_an_expectation_answers_are_held_to_the_floor():
-    out = loop_test(drill_cells([6, 6, 0, 0], [0, 0]), None, **TEST)
-    assert out.details["answers"] == {"loops": 2, "n": 24, "expected": [0, 0], "p_value": pytest.approx(0.00108, rel=0.01)}
-    assert out.details["finding"] == "loops"
+def test_without_an_expectation_answers_are_held_to_the_answer_floor():
+    two_greedy = loop_test(drill_cells([6, 6, 0, 0], [0, 0]), None, **TEST)
+    assert two_greedy.details["greedy"]["p_value"] == pytest.approx(1 - 0.9**4 - 4 * 0.1 * 0.9**3)
+    assert two_greedy.details["finding"] == "clean"
+    sampled = loop_test(drill_cells([0, 0, 0, 0], [8, 7]), None, **TEST)
+    assert sampled.details["sampled"] == {
+        "loops": 15, "n": 20, "expected": [0, 0], "p_value": pytest.approx(float(stats.binom.sf(14, 20, 0.1)))}
+    assert sampled.details["finding"] == "loops"
 
 
 def test_plan_sends_repeats_at_t0_and_seeded_samples_and_the_reference_sends_t0_once():

@@ -215,3 +215,20 @@ def test_too_few_responses_are_inconclusive() -> None:
     fig = Figures(19, 19, 19, 0, 19, 19, 0, 0, 0, 0, 0)  # min_calls is 20
     j = judge(fig, None, SETTINGS, 0.002)
     assert j.verdict == "inconclusive" and j.p_value is None
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # valid JSON that json.loads cannot parse (RecursionError)
+
+
+@pytest.mark.parametrize("tool_calls", [
+    [{"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": DEEP}}],
+    ["get_weather"], [{"function": "get_weather"}], {"get_weather": {}},
+])
+def test_a_hostile_call_is_a_bad_response_not_an_exception(tool_calls: Any) -> None:
+    # scoring read the calls itself: a call that was not an object raised AttributeError, arguments
+    # nested past the recursion limit RecursionError, out of the probe (which ended "error").
+    message = {"role": "assistant", "content": None, "tool_calls": tool_calls}
+    response = {"choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}]}
+    paris = (ExpectedCall("get_weather", {"city": "Paris"}),)
+    out = outcome_of(case(paris), response, SchemaCache())
+    assert out.bad and not out.schema_ok and not out.exact
