@@ -1,8 +1,10 @@
 """Power and false-positive rates of the sentinel checks, by Monte Carlo over their pure statistics.
 
-- loops: the loop test (`probes.sentinels.loops.loop_test`: repeats and answers) on the default plan
-  (4 prompts x 25 T=0 requests + 2 prompts x 25 seeded samples = 150 responses) against a clean
-  reference, for injected loop rates r and an honest stack that loops now and then (share b);
+- loops: the loop test (`probes.sentinels.loops.loop_test`: repeats, greedy answers, sampled answers)
+  on the default plan (4 prompts x 25 T=0 requests + 2 prompts x 25 seeded samples = 150 responses)
+  against a clean reference, for injected loop rates r and an honest stack that loops now and then
+  (share b), each answer independently (a nondeterministic stack; engine-specific greedy loops, the
+  `answer_floor`'s case, are not simulated);
 - needle: `judge_retrieval` over the default grid (sizes halving to 128 plus 0.85 and 0.7 of the
   largest, depths 0.05/0.5/0.9) for a small model that retrieves each cell with probability
   `retrieval` on the reference and on the endpoint independently (nondeterminism across stacks),

@@ -11,9 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+import orjson
+
+from kernel.errors import ProviderServerError
 from kernel.values import Operation
 from providers.base import Adapter, ParsedBody, Target, UpstreamRequest
 from providers.http import HTTPClient, Timeouts, UpstreamResponse
+
+# An answer the adapters read (orjson: up to 1,024 levels deep) but cannot write back (255 levels),
+# or walk (Python's recursion limit): a broken answer, the upstream's fault.
+UNENCODABLE = (orjson.JSONEncodeError, RecursionError)
 
 
 class Upstream(Protocol):
@@ -53,4 +60,10 @@ async def call(
     """One non-streaming call: the adapter's parsed answer, or its `ProviderError`. `sent`: the body
     the request was built from, which some engines' answers are held to (`Adapter.parse_response`)."""
     response = await open_call(client, timeouts, upstream, request)
-    return upstream.adapter.parse_response(upstream.target, op, await response.read(), request=sent)
+    body = await response.read()
+    try:
+        return upstream.adapter.parse_response(upstream.target, op, body, request=sent)
+    except UNENCODABLE:
+        raise ProviderServerError(
+            f"upstream {upstream.id} answered with JSON nested too deep to pass on", endpoint=upstream.id
+        ) from None

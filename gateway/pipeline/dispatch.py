@@ -27,14 +27,16 @@ from gateway.routing.order import Ordering
 from gateway.routing.settings import RetryConfig
 from kernel.errors import AllAttemptsFailed, ProviderError, ProviderStreamError, ProviderTimeout, Unavailable
 from providers.base import ParsedChunk, StreamTranslator
-from providers.call import call, open_call
+from providers.call import UNENCODABLE, call, open_call
 from providers.http import HTTPClient, Timeouts, UpstreamResponse
 from providers.sse import SSEDecoder
 
 log = logging.getLogger("gateway.dispatch")
 
 
-async def parse_stream(response: UpstreamResponse, translator: StreamTranslator) -> AsyncGenerator[ParsedChunk, None]:
+async def parse_stream(
+    response: UpstreamResponse, translator: StreamTranslator, endpoint: str = ""
+) -> AsyncGenerator[ParsedChunk, None]:
     """One merged chunk per upstream read: events that arrived together leave together, in one
     write to the client (one transport write per event cost about half the CPU of a stream).
     The exception is the first event with a payload: it leaves alone, at once, so the time to
@@ -45,7 +47,12 @@ async def parse_stream(response: UpstreamResponse, translator: StreamTranslator)
         merged: ParsedChunk | None = None
         try:
             for event, data in _decoded(decoder, raw, first_pending=not first_sent):
-                chunk = translator.feed(event, data)
+                try:
+                    chunk = translator.feed(event, data)
+                except UNENCODABLE:
+                    raise ProviderStreamError(
+                        f"upstream {endpoint} sent a stream event nested too deep to pass on", endpoint=endpoint
+                    ) from None
                 if merged is None:
                     merged = chunk
                 else:
@@ -211,7 +218,7 @@ class Dispatcher:
     async def _first_event(
         self, ctx: RequestContext, endpoint: Endpoint, response: UpstreamResponse, translator: StreamTranslator, *, passed: bool
     ) -> Streaming:
-        events = parse_stream(response, translator)
+        events = parse_stream(response, translator, endpoint.id)
         first: list[bytes] = []
         done = False
         try:

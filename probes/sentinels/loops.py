@@ -70,16 +70,19 @@ def loop_test(
 ) -> Outcome:
     """Excess loops, by up to three tests (Bonferroni over the parts that have answers):
 
-    - repeats: in the T=0 cells whose answer does not loop (most repeats do not), the repeats that
-      do, one-sided binomial against `floor`. An engine answers one T=0 request the same way each
-      time but for rare nondeterminism, so loops that come and go are a fault's, on any engine;
+    - repeats: the T=0 repeats that disagree with their cell's answer (loop where most repeats do
+      not, or do not where most do), one-sided binomial against `floor`. An engine answers one T=0
+      request the same way each time but for rare nondeterminism, so loops that come and go are a
+      fault's, on any engine;
     - greedy: the T=0 cells whose answer loops (most repeats do), one-sided binomial against
       `answer_floor`. Engines' greedy answers differ: one prompt whose greedy answer looped on an
       honest engine, counted once per repeat, failed the test at p = 5.7e-05; counted once, a
       greedy loop is one answer of a few, and only most prompts looping is a finding;
-    - sampled: the seeded answers at T>0, one-sided Fisher exact test against the expected ones
-      (a reference's 0 of 10 is a sample, not a share of 0); without an expectation, binomial
-      against `answer_floor` (a model's sampled answers loop by themselves).
+    - sampled: the seeded answers at T>0, one-sided Fisher exact test against the expected ones on
+      the same cells (a reference's 0 of 10 is a sample, not a share of 0); without an
+      expectation, binomial against `answer_floor` (a model's sampled answers loop by themselves).
+      Loops only at T>0 are nearly invisible at small sizes (a fault meant to be seen loops
+      whatever the request).
 
     Cells whose expected share reaches `informative_below` are left out. `details["finding"]` is
     loops or clean.
@@ -95,13 +98,15 @@ def loop_test(
     if not n:
         return Outcome(0.0, samples=0, details={**details, "finding": "uninformative"})
     t0 = [c for c in kept if greedy(c.key)]
-    clean = [c for c in t0 if 2 * c.loops <= c.n]
-    r_k, r_n = sum(c.loops for c in clean), sum(c.n for c in clean)
-    g_k, g_n = len(t0) - len(clean), len(t0)
+    # A repeat that disagrees with its cell's answer, looping or not: a looping answer's clean
+    # repeats are the same evidence of answers that come and go.
+    r_k, r_n = sum(min(c.loops, c.n - c.loops) for c in t0), sum(c.n for c in t0)
+    g_k, g_n = sum(2 * c.loops > c.n for c in t0), len(t0)
     sampled = [c for c in kept if not greedy(c.key)]
+    if matched := [c for c in sampled if c.key in expected]:
+        sampled = matched  # against the reference's own cells only (one it lost has no match)
     s_k, s_n = sum(c.loops for c in sampled), sum(c.n for c in sampled)
-    theirs = [expected[c.key] for c in sampled if c.key in expected]
-    x_k, x_n = sum(c.loops for c in theirs), sum(c.n for c in theirs)
+    x_k, x_n = sum(expected[c.key].loops for c in matched), sum(expected[c.key].n for c in matched)
     if s_k and x_n:
         table = [[s_k, s_n - s_k], [x_k, x_n - x_k]]
         p_sampled = float(stats.fisher_exact(table, alternative="greater").pvalue)

@@ -85,7 +85,8 @@ class LoopSettings(Frozen):
     char_ngram: int = Field(12, ge=2)
     # A response loops when it ends on `length` with repetition above this ratio.
     repetition: float = Field(0.5, gt=0, lt=1)
-    # The null share never goes below this floor (nondeterministic stacks loop now and then).
+    # T=0 repeats that disagree with their prompt's answer, looping or not, are held to this share
+    # (nondeterministic stacks flip now and then).
     floor: float = Field(0.002, gt=0, lt=1)
     # An honest model's answer loops this often on an engine other than the reference's (greedy
     # answers differ between engines: SmolLM2's looped on one of four prompts on llama-cpp-python's

@@ -54,7 +54,7 @@ def _parsed_calls(response: Mapping[str, Any]) -> list[tuple[Any, Any]]:
     out = []
     for name, arguments in calls_of(message if isinstance(message, Mapping) else {}):
         try:
-            args = json.loads(arguments or "{}") if isinstance(arguments, str) else arguments
+            args = json.loads(arguments.strip() or "{}") if isinstance(arguments, str) else arguments
         except (ValueError, RecursionError):
             args = None
         out.append((name, args))

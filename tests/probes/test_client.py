@@ -195,8 +195,11 @@ async def test_an_answer_whose_choices_cannot_be_read_is_unreadable(choices: Any
     assert client.errors == 1
 
 
-async def test_an_answer_nested_past_the_parsers_depth_is_unreadable() -> None:
-    deep = b'{"choices": [], "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"  # RecursionError in json.loads
+@pytest.mark.parametrize("depth", [300, 1010, 100_000])
+async def test_an_answer_nested_too_deep_is_the_endpoints_error(depth: int) -> None:
+    # 300 and 1,010 levels: readable by orjson, not writable back (255 levels); the TypeError ended
+    # the probe "error". 100,000: past what orjson reads at all.
+    deep = b'{"choices": [], "x": ' + b"[" * depth + b"]" * depth + b"}"
     client = ProbeClient(make_endpoint("ep", "m"), MockHTTPClient(lambda request: MockResponse(status=200, body=deep)),
                          TIMEOUTS, ProbeBudget(requests_per_day=100, tokens_per_day=0, clock=time.time))  # fmt: skip
     with pytest.raises(ProbeUnavailable):

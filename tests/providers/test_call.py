@@ -79,3 +79,17 @@ async def test_open_call_leaves_a_stream_unread() -> None:
     response = await open_call(client, TIMEOUTS, ep, built(ep, stream=True))
     assert response.status == 200
     assert [chunk async for chunk in response.chunks()] == [b"data: [DONE]\n\n"]
+
+
+def nested(depth: int) -> bytes:
+    return b'{"id": "c1", "object": "chat.completion", "choices": [], "x": ' + b"[" * depth + b"]" * depth + b"}"
+
+
+@pytest.mark.parametrize("depth", [300, 1010])
+async def test_an_answer_nested_deeper_than_it_can_be_written_back_is_the_upstreams_error(depth: int) -> None:
+    # orjson reads 1,024 levels and writes 255: between the two, the adapter's re-encoding raised
+    # orjson.JSONEncodeError (a TypeError) out of the call, past every ProviderError handler.
+    ep = make_endpoint("ep", "m")
+    client, _ = upstream(MockResponse(200, {"content-type": "application/json"}, nested(depth)))
+    with pytest.raises(ProviderServerError, match="nested too deep"):
+        await call(client, TIMEOUTS, ep, "chat", built(ep))

@@ -156,6 +156,21 @@ async def test_parse_stream_sends_the_first_event_alone_then_merges_each_read_an
         await chunks.__anext__()
 
 
+async def test_a_stream_event_nested_deeper_than_it_can_be_written_back_breaks_the_stream() -> None:
+    from gateway.pipeline.dispatch import parse_stream
+    from providers.base import Target
+    from providers.http_mock import _Bound
+    from providers.openai_compat import OpenAIStreamTranslator
+
+    target = Target(endpoint_id="ep", base_url="http://x", upstream_model="up", public_model="pub")
+    deep = b'data: {"n":2,"x":' + b"[" * 300 + b"]" * 300 + b"}\n\n"
+    response = _Bound(MockResponse(chunks=[b'data: {"n":1}\n\n', deep]))
+    chunks = parse_stream(response, OpenAIStreamTranslator(target, strip_usage=True), "ep")
+    assert (await chunks.__anext__()).payloads == [b'{"n":1}']
+    with pytest.raises(ProviderStreamError, match="ep sent a stream event nested too deep"):
+        await chunks.__anext__()
+
+
 @pytest.mark.parametrize("reads", [
     [b'data: {"n":1}\n\ndata: {"n":2}\n\ndata: [DONE]\n\n'],
     [b'data: {"n":1}\n\n', b'data: {"n":2}\n\ndata: [DONE]\n\n'],

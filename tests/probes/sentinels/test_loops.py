@@ -61,7 +61,7 @@ def test_one_loop_in_150_is_not_enough():
     assert out.p_value > TEST["alpha"]
 
 
-def test_cells_where_the_reference_loops_are_left_out_and_shares_weight_the_null():
+def test_cells_where_the_reference_loops_are_left_out():
     observed = [LoopCell("p0@t0", 25, 25), LoopCell("p1@t0.8", 5, 25), LoopCell("p2@t0", 0, 25)]
     expected = {"p0@t0": LoopCell("p0@t0", 1, 1), "p1@t0.8": LoopCell("p1@t0.8", 5, 25), "p2@t0": LoopCell("p2@t0", 0, 1)}
     out = loop_test(observed, expected, **TEST)
@@ -91,11 +91,33 @@ def test_a_prompt_whose_greedy_answer_loops_on_an_honest_engine_is_one_looping_a
         "loops": 1, "n": 4, "p_value": pytest.approx(1 - 0.9**4)}
 
 
-def test_most_prompts_looping_at_t0_is_a_finding():
-    out = loop_test(drill_cells([6, 6, 5, 6], [1, 0]), REFERENCE, **TEST)
+def test_every_prompt_looping_at_t0_is_a_finding_and_three_of_four_is_not():
+    out = loop_test(drill_cells([6, 6, 6, 6], [1, 0]), REFERENCE, **TEST)
     assert out.details["greedy"]["p_value"] == pytest.approx(1e-4)
-    assert out.details["repeats"]["n"] == 0  # every T=0 cell loops: two parts tested
-    assert out.details["finding"] == "loops" and out.p_value == pytest.approx(2e-4)
+    assert out.details["repeats"] == {"loops": 0, "n": 24, "p_value": 1.0}
+    assert out.details["finding"] == "loops" and out.p_value == pytest.approx(3e-4)
+    # The limit, written down: one prompt's greedy loop is an honest engine's (the drill's `Llama`),
+    # so three of four is p = 0.0037 a part, 0.011 over three.
+    three = loop_test(drill_cells([6, 6, 6, 0], [1, 0]), REFERENCE, **TEST)
+    assert three.p_value == pytest.approx(3 * (4 * 0.1**3 * 0.9 + 0.1**4)) and three.details["finding"] == "clean"
+
+
+@pytest.mark.parametrize("t0", [[4, 4, 4, 0], [5, 5, 0, 0]])
+def test_repeats_that_come_and_go_count_whichever_way_the_cells_answer_goes(t0: list[int]):
+    # Looping on most but not all repeats of some prompts left those cells' clean repeats out of
+    # the repeats' count, and the test clean (p = 0.011 and 0.16).
+    out = loop_test(drill_cells(t0, [1, 0]), REFERENCE, **TEST)
+    assert out.details["repeats"]["loops"] == sum(min(k, 6 - k) for k in t0)
+    assert out.details["finding"] == "loops"
+
+
+def test_sampled_answers_are_held_only_to_the_reference_cells_they_match():
+    # The reference lost p1's samples: p1's loops against p0's expectation were a false finding.
+    reference = {k: v for k, v in REFERENCE.items() if k != "p1@t0.8"}
+    reference["p0@t0.8"] = LoopCell("p0@t0.8", 0, 10)
+    out = loop_test(drill_cells([0, 0, 0, 0], [0, 6]), reference, **TEST)
+    assert out.details["sampled"] == {"loops": 0, "n": 10, "expected": [0, 10], "p_value": 1.0}
+    assert out.details["finding"] == "clean"
 
 
 def test_a_reference_that_sampled_no_loop_is_not_a_share_of_zero():
@@ -116,8 +138,8 @@ def test_loops_that_come_and_go_between_greedy_repeats_are_a_fault():
 def test_an_endpoint_whose_every_answer_loops_fails_on_its_answers():
     out = loop_test(drill_cells([6, 6, 6, 6], [10, 9]), REFERENCE, **TEST)
     assert out.details["finding"] == "loops" and out.details["sampled"]["p_value"] < 1e-6
-    assert out.details["repeats"]["n"] == 0 and out.details["greedy"]["loops"] == 4
-    assert out.p_value == pytest.approx(2 * out.details["sampled"]["p_value"])  # two parts had answers
+    assert out.details["repeats"]["loops"] == 0 and out.details["greedy"]["loops"] == 4
+    assert out.p_value == pytest.approx(3 * out.details["sampled"]["p_value"])
 
 
 def test_without_an_expectation_answers_are_held_to_the_answer_floor():
