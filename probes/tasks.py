@@ -25,20 +25,25 @@ async def gather_or_cancel(*aws: Awaitable[Any]) -> list[Any]:
 
 
 async def cancel_all(tasks: Sequence[asyncio.Future[Any]]) -> None:
-    """Cancel these tasks and wait until each has finished. The cancel is repeated while one runs on
-    (a library may drop one: `kernel.tasks.cancel_and_wait`), and a cancel of this wait is raised
-    only once they have all finished, so none is left sending behind the caller."""
-    for task in tasks:
-        task.cancel()
+    """Cancel these tasks and wait until each has finished. The cancel is repeated every RECANCEL_S
+    while one runs on (a library may drop one: `kernel.tasks.cancel_and_wait`), also while this
+    wait is itself cancelled again and again (as `cancel_and_wait` does to a stopping probe), and a
+    cancel of this wait is raised only once they have all finished, so none is left sending behind
+    the caller. Their own failures are theirs: retrieved here, not raised or left to the loop."""
+    loop = asyncio.get_running_loop()
     interrupted = False
+    cancelled_at: float | None = None
     while pending := [t for t in tasks if not t.done()]:
+        if cancelled_at is None or loop.time() - cancelled_at >= RECANCEL_S:
+            for task in pending:  # the first cancel, or one repeated: its cancel was dropped
+                task.cancel()
+            cancelled_at = loop.time()
         try:
             await asyncio.wait(pending, timeout=RECANCEL_S)
         except asyncio.CancelledError:
             interrupted = True
-            continue
-        for task in pending:
-            if not task.done():  # ran on: its cancel was dropped
-                task.cancel()
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()
     if interrupted:
         raise asyncio.CancelledError

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
-from probes.tasks import cancel_all
+from kernel.tasks import cancel_and_wait
+from probes.tasks import cancel_all, gather_or_cancel
 
 
 async def test_a_task_that_drops_a_cancel_is_cancelled_again() -> None:
@@ -51,3 +53,50 @@ async def test_a_cancel_of_the_wait_is_deferred_until_every_task_has_finished() 
     with pytest.raises(asyncio.CancelledError):
         await waiter
     assert sorted(unwound) == [0, 1, 2] and all(t.done() for t in tasks)
+
+
+async def test_a_dropped_cancel_is_repeated_while_the_caller_is_cancelled_again_and_again() -> None:
+    # The scheduler stops a probe with kernel.tasks.cancel_and_wait, which cancels it every RECANCEL_S:
+    # each of those cancels reached cancel_all's wait before its own timer, so the task that dropped
+    # its cancel was never cancelled again and the stop never finished.
+    sent = 0
+
+    async def sends() -> None:
+        nonlocal sent
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            pass  # dropped
+        while True:
+            sent += 1
+            await asyncio.sleep(0.01)
+
+    async def fails() -> None:
+        await asyncio.sleep(0.02)
+        raise RuntimeError("the reference side failed")
+
+    probe = asyncio.ensure_future(gather_or_cancel(sends(), fails()))
+    await asyncio.sleep(0.05)  # the reference side has raised: cancel_all is waiting on the endpoint side
+    await asyncio.wait_for(cancel_and_wait(probe), timeout=5)
+    after = sent
+    await asyncio.sleep(0.05)
+    assert sent == after
+
+
+async def test_a_failure_while_unwinding_is_retrieved_not_left_to_the_loop() -> None:
+    unretrieved: list[str] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: unretrieved.append(ctx["message"]))
+
+    async def fails_to_close() -> None:
+        try:
+            await asyncio.sleep(10)
+        finally:
+            raise OSError("closing the connection failed")
+
+    tasks = [asyncio.ensure_future(fails_to_close())]
+    await asyncio.sleep(0)
+    await cancel_all(tasks)
+    del tasks
+    gc.collect()
+    await asyncio.sleep(0)
+    assert unretrieved == []
