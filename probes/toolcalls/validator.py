@@ -221,6 +221,9 @@ def leaks_call(content: Any, names: Sequence[str]) -> bool:
 def classify_choice(
     message: Mapping[str, Any], finish_reason: Any, spec: ToolSpec, schemas: SchemaCache
 ) -> ChoiceReport:
+    if not isinstance(finish_reason, str | None):  # a list, a number: no finish reason a client can read
+        calls = tuple(classify_call(name, args, spec, schemas) for name, args in calls_of(message))
+        return ChoiceReport(calls, finish_mismatch=True)
     if finish_reason is None or finish_reason in UNJUDGED_FINISH:
         return ChoiceReport(truncated=True)
     calls = tuple(classify_call(name, args, spec, schemas) for name, args in calls_of(message))

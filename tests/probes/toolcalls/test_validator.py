@@ -77,6 +77,16 @@ def test_finish_reason_must_match_the_message() -> None:
     assert not classify(response(content="Hello", finish="stop")).bad
 
 
+@pytest.mark.parametrize("finish", [["stop"], {"reason": "stop"}, 1, True])
+@pytest.mark.parametrize("calls", [(call("get_weather", '{"city": "Paris"}'),), ()])
+def test_a_finish_reason_that_is_not_a_string_is_a_mismatch(finish: Any, calls: tuple[dict[str, Any], ...]) -> None:
+    # A list or an object raised TypeError (unhashable) out of the tool-call probe and the passive monitor.
+    report = classify(
+        {"choices": [{"index": 0, "message": {"content": "Hi", "tool_calls": list(calls)}, "finish_reason": finish}]}
+    )
+    assert report.bad and report.counts()["finish_reason_mismatch"] == 1
+
+
 @pytest.mark.parametrize(
     "content",
     [
