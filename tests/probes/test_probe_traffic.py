@@ -72,7 +72,9 @@ def client(request: pytest.FixtureRequest, tmp_path: Path, upstream: FakeOpenAIU
         yield c
 
 
-def test_a_probe_request_is_shaped_like_a_user_request(client: TestClient, upstream: FakeOpenAIUpstream) -> None:
+def test_a_probe_request_is_shaped_like_a_user_request(
+    client: TestClient, upstream: FakeOpenAIUpstream, request: pytest.FixtureRequest
+) -> None:
     user = client.post("/v1/chat/completions", json={"model": "m", **BODY}, headers=USER)
     assert user.status_code == 200, user.text
     with client.stream("POST", "/admin/api/probes/run", json={"endpoint": "p/m"}, headers=ADMIN) as response:
@@ -83,7 +85,9 @@ def test_a_probe_request_is_shaped_like_a_user_request(client: TestClient, upstr
     assert sorted(from_probe.headers) == sorted(from_user.headers)
     traced = {k: v for k, v in from_probe.headers.items() if k != "traceparent"}
     assert traced == {k: v for k, v in from_user.headers.items() if k != "traceparent"}  # values too
-    if "traceparent" in from_user.headers:  # a trace of its own, in the same W3C form
+    traced_on = request.node.callspec.params["client"] == "tracing on"
+    assert ("traceparent" in from_user.headers) is traced_on
+    if traced_on:  # a trace of its own, in the same W3C form
         form = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
         assert form.fullmatch(from_probe.headers["traceparent"]) and form.fullmatch(from_user.headers["traceparent"])
         assert from_probe.headers["traceparent"][3:35] != from_user.headers["traceparent"][3:35]
