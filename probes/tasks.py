@@ -9,10 +9,13 @@ still catch `BudgetExhausted` or `ProbeUnavailable`, which a TaskGroup would wra
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from kernel.tasks import RECANCEL_S
+
+log = logging.getLogger("gateway.probes")
 
 
 async def gather_or_cancel(*aws: Awaitable[Any]) -> list[Any]:
@@ -29,7 +32,7 @@ async def cancel_all(tasks: Sequence[asyncio.Future[Any]]) -> None:
     while one runs on (a library may drop one: `kernel.tasks.cancel_and_wait`), also while this
     wait is itself cancelled again and again (as `cancel_and_wait` does to a stopping probe), and a
     cancel of this wait is raised only once they have all finished, so none is left sending behind
-    the caller. Their own failures are theirs: retrieved here, not raised or left to the loop."""
+    the caller. Their own failures are logged here, not raised or left to the loop."""
     loop = asyncio.get_running_loop()
     interrupted = False
     cancelled_at: float | None = None
@@ -43,7 +46,7 @@ async def cancel_all(tasks: Sequence[asyncio.Future[Any]]) -> None:
         except asyncio.CancelledError:
             interrupted = True
     for task in tasks:
-        if not task.cancelled():
-            task.exception()
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("probes: a task failed while it was stopped", exc_info=exc)
     if interrupted:
         raise asyncio.CancelledError

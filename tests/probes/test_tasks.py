@@ -83,7 +83,7 @@ async def test_a_dropped_cancel_is_repeated_while_the_caller_is_cancelled_again_
     assert sent == after
 
 
-async def test_a_failure_while_unwinding_is_retrieved_not_left_to_the_loop() -> None:
+async def test_a_failure_while_unwinding_is_logged_not_left_to_the_loop(caplog: pytest.LogCaptureFixture) -> None:
     unretrieved: list[str] = []
     asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: unretrieved.append(ctx["message"]))
 
@@ -100,3 +100,4 @@ async def test_a_failure_while_unwinding_is_retrieved_not_left_to_the_loop() -> 
     gc.collect()
     await asyncio.sleep(0)
     assert unretrieved == []
+    assert any(r.exc_info and isinstance(r.exc_info[1], OSError) for r in caplog.records)
