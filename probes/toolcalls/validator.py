@@ -221,12 +221,12 @@ def leaks_call(content: Any, names: Sequence[str]) -> bool:
 def classify_choice(
     message: Mapping[str, Any], finish_reason: Any, spec: ToolSpec, schemas: SchemaCache
 ) -> ChoiceReport:
-    if not isinstance(finish_reason, str | None):  # a list, a number: no finish reason a client can read
-        calls = tuple(classify_call(name, args, spec, schemas) for name, args in calls_of(message))
-        return ChoiceReport(calls, finish_mismatch=True)
-    if finish_reason is None or finish_reason in UNJUDGED_FINISH:
+    unreadable = not isinstance(finish_reason, str | None)  # a list, a number: no reason a client can read
+    if not unreadable and (finish_reason is None or finish_reason in UNJUDGED_FINISH):
         return ChoiceReport(truncated=True)
     calls = tuple(classify_call(name, args, spec, schemas) for name, args in calls_of(message))
+    if unreadable:
+        return ChoiceReport(calls, finish_mismatch=True)
     if calls:
         mismatch = finish_reason not in ("tool_calls", "stop")
         return ChoiceReport(calls, finish_mismatch=mismatch)

@@ -11,28 +11,36 @@ from kernel.tasks import cancel_and_wait
 from probes.tasks import cancel_all, gather_or_cancel
 
 
-async def test_a_task_that_drops_a_cancel_is_cancelled_again() -> None:
-    # A library may swallow one cancel (Python 3.11's wait_for does when what it waits for completes
-    # at that moment): the task runs on, sending requests, unless the cancel is repeated.
-    sent = 0
+class DropsACancel:
+    """A request that swallows its first cancel and then keeps sending."""
 
-    async def sends() -> None:
-        nonlocal sent
+    def __init__(self) -> None:
+        self.sent = 0
+
+    async def run(self) -> None:
         try:
             await asyncio.sleep(10)
         except asyncio.CancelledError:
             pass  # dropped
         while True:
-            sent += 1
+            self.sent += 1
             await asyncio.sleep(0.01)
 
-    task = asyncio.ensure_future(sends())
+    async def sends_no_more(self) -> bool:
+        after = self.sent
+        await asyncio.sleep(0.05)
+        return self.sent == after
+
+
+async def test_a_task_that_drops_a_cancel_is_cancelled_again() -> None:
+    # A library may swallow one cancel (Python 3.11's wait_for does when what it waits for completes
+    # at that moment): the task runs on, sending requests, unless the cancel is repeated.
+    sender = DropsACancel()
+    task = asyncio.ensure_future(sender.run())
     await asyncio.sleep(0)
     await asyncio.wait_for(cancel_all([task]), timeout=5)
     assert task.cancelled()
-    after = sent
-    await asyncio.sleep(0.05)
-    assert sent == after
+    assert await sender.sends_no_more()
 
 
 async def test_a_cancel_of_the_wait_is_deferred_until_every_task_has_finished() -> None:
@@ -59,28 +67,16 @@ async def test_a_dropped_cancel_is_repeated_while_the_caller_is_cancelled_again_
     # The scheduler stops a probe with kernel.tasks.cancel_and_wait, which cancels it every RECANCEL_S:
     # each of those cancels reached cancel_all's wait before its own timer, so the task that dropped
     # its cancel was never cancelled again and the stop never finished.
-    sent = 0
-
-    async def sends() -> None:
-        nonlocal sent
-        try:
-            await asyncio.sleep(10)
-        except asyncio.CancelledError:
-            pass  # dropped
-        while True:
-            sent += 1
-            await asyncio.sleep(0.01)
+    sender = DropsACancel()
 
     async def fails() -> None:
         await asyncio.sleep(0.02)
         raise RuntimeError("the reference side failed")
 
-    probe = asyncio.ensure_future(gather_or_cancel(sends(), fails()))
+    probe = asyncio.ensure_future(gather_or_cancel(sender.run(), fails()))
     await asyncio.sleep(0.05)  # the reference side has raised: cancel_all is waiting on the endpoint side
     await asyncio.wait_for(cancel_and_wait(probe), timeout=5)
-    after = sent
-    await asyncio.sleep(0.05)
-    assert sent == after
+    assert await sender.sends_no_more()
 
 
 async def test_a_failure_while_unwinding_is_logged_not_left_to_the_loop(caplog: pytest.LogCaptureFixture) -> None:
