@@ -21,7 +21,7 @@ from probes.evidence import EvidenceStore
 from probes.fleet import FleetLedger
 from probes.registry import ProbeRegistry
 from probes.runner import ProbeRunner, make_client_factory
-from probes.scheduler import SCHEDULER_LIMIT_S, ProbeScheduler
+from probes.scheduler import ProbeScheduler, scheduler_limit_s
 from probes.settings import ProbeSettings
 from providers.http import HTTPClient
 
@@ -85,5 +85,5 @@ def build_scheduler(state: AppState, runner: ProbeRunner, *, clock: Clock | None
         endpoints=[ep.id for ep in state.catalog.endpoints],
         owner=state.shared.replica,
         clock=clock or runner.wall,
-        beat=state.loops.register("probe_scheduler", SCHEDULER_LIMIT_S, log) if getattr(state, "loops", None) else None,
+        beat=state.loops.register("probe_scheduler", scheduler_limit_s(state.settings.probes), log) if getattr(state, "loops", None) else None,
     )

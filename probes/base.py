@@ -114,6 +114,9 @@ class ProbeContext:
     confirm: bool = False
     # What the round's template check found (None: not run, e.g. no reference or switched off).
     template: TemplateStatus | None = None
+    # When the runner stops this probe (the event loop's clock: its share of the audit, probes.deadline);
+    # a probe that can judge what it has by then stops on its own before (None: no bound).
+    deadline: float | None = None
 
 
 class Probe(Protocol):

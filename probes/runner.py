@@ -31,6 +31,7 @@ from probes.baselines import BaselineStore
 from probes.budget import BudgetExhausted, ProbeBudget
 from probes.client import ProbeClient, ProbeUnavailable, UserHeaders, UserShape
 from probes.consistency import UsageConsistency
+from probes.deadline import AuditClock
 from probes.evidence import EvidenceState, EvidenceStore
 from probes.fleet import FleetLedger
 from probes.policy import Decision, decide, score_for
@@ -211,18 +212,19 @@ class ProbeRunner:
     ) -> RunReport:
         endpoint = self.catalog.by_id[endpoint_id]
         report = RunReport(endpoint, trigger)
+        clock = AuditClock.start(asyncio.get_running_loop().time(), self.settings.audit)
         emit({"event": "started", "endpoint": endpoint.id, "model": endpoint.model, "probes": list(probes),
-              "trigger": trigger, "state": self.health.state(endpoint.id)})
+              "trigger": trigger, "state": self.health.state(endpoint.id), "seconds": self.settings.audit.seconds})
         ref = self.reference_for(endpoint)
         if ref is not None and self.settings.template_check:
-            report.template = await self.check_template(endpoint, ref)
+            report.template = await self.check_template(endpoint, ref, by=clock.round_end(confirm=False))
             emit({"event": "template", "endpoint": endpoint.id, "reference": ref.id, **report.template.as_json()})
             if report.template.status == "differs":
                 log.warning("probes: %s: %s", endpoint.id, report.template.reason)
         judge = TemplateResult().judge
         rendered = judge(report.template, endpoint, ref) if report.template is not None and ref is not None else None
-        rnd = await self._round(endpoint, probes, trigger=trigger, confirm=confirm, emit=emit, template=report.template,
-                                rendered=rendered)
+        rnd = await self._round(endpoint, probes, clock, trigger=trigger, confirm=confirm, emit=emit,
+                                template=report.template, rendered=rendered)
         report.rounds.append(rnd)
         if rnd.decision.confirm and not confirm:
             names = self.registry.confirmatory(rnd.decision.confirm_for)
@@ -233,41 +235,49 @@ class ProbeRunner:
                 # leaves the alarm standing, probes.policy). Which probes meet the reference stays
                 # the audit-start check's to say, as the endpoint controls its own counts, unless
                 # the reference's counts moved since (its template changed mid-audit).
-                again = await self.check_template(endpoint, ref)
+                again = await self.check_template(endpoint, ref, by=clock.ends)
                 emit({"event": "template", "endpoint": endpoint.id, "reference": ref.id, "confirm": True,
                       **again.as_json()})
                 rendered = judge(again, endpoint, ref, rerun="template" in rnd.decision.confirm_for)
                 if _counted(again.reference) and _counted(report.template.reference) \
                         and again.reference != report.template.reference:
                     decides = again
-            report.rounds.append(await self._round(endpoint, names, trigger=trigger, confirm=True, emit=emit,
+            report.rounds.append(await self._round(endpoint, names, clock, trigger=trigger, confirm=True, emit=emit,
                                                    template=decides, rendered=rendered))
         report.state = self.health.state(endpoint.id)
         emit({"event": "finished", **report.as_json()})
         return report
 
-    async def check_template(self, endpoint: Endpoint, ref: Endpoint) -> TemplateCheck:
-        """The audit-start check: the same messages' prompt_tokens on the endpoint and the reference."""
+    async def check_template(self, endpoint: Endpoint, ref: Endpoint, *, by: float | None = None) -> TemplateCheck:
+        """The audit-start check: the same messages' prompt_tokens on the endpoint and the reference,
+        stopped at `by` (the event loop's clock) when given."""
+        bound = asyncio.timeout_at(by)
         try:
-            return await check_template(self.client_factory(endpoint), self.client_factory(ref))
+            async with bound:
+                return await check_template(self.client_factory(endpoint), self.client_factory(ref))
         except Exception as exc:  # a bug here must not stop the audit: the reference is then kept
+            if isinstance(exc, TimeoutError) and bound.expired():
+                return TemplateCheck("unknown", reason="the audit's time ran out before the check answered")
             log.exception("probes: the template check of %s raised", endpoint.id)
             return TemplateCheck("unknown", reason=f"the check failed: {type(exc).__name__}: {exc}")
 
     async def _round(
-        self, endpoint: Endpoint, probes: Sequence[str], *, trigger: str, confirm: bool, emit: Emit,
+        self, endpoint: Endpoint, probes: Sequence[str], clock: AuditClock, *, trigger: str, confirm: bool, emit: Emit,
         template: TemplateCheck | None = None, rendered: ProbeResult | None = None,
     ) -> RoundReport:
-        """One round: the probes, the usage-consistency check and the template result (`rendered`)."""
+        """One round: the probes, each within its share of the audit's time, the usage-consistency
+        check and the template result (`rendered`)."""
         suite = ",".join(probes) + (" (confirm)" if confirm else "")
         at = self.wall()
         run_id = await self._db("start_run", lambda db: db.start_run(endpoint.id, suite, at=at, trigger=trigger))
         results = []
         traffic: list[tuple[str, int | None]] = []  # the endpoint's reported prompt_tokens, per prompt
-        for name in probes:
+        loop = asyncio.get_running_loop()
+        for i, name in enumerate(probes):
             emit({"event": "probe", "endpoint": endpoint.id, "probe": name, "confirm": confirm})
+            ends = clock.probe_end(loop.time(), confirm=confirm, after=len(probes) - i - 1)
             result = await self.run_probe(endpoint, name, confirm=confirm, emit=emit, template=template,
-                                          traffic=traffic)
+                                          traffic=traffic, ends=ends)
             results.append(self._report(endpoint, result, confirm, emit))
         if self.settings.consistency.enabled:
             checked = await self._consistency(endpoint, traffic, confirm=confirm)
@@ -319,9 +329,12 @@ class ProbeRunner:
     async def run_probe(
         self, endpoint: Endpoint, name: str, *, confirm: bool, emit: Emit = _no_emit,
         template: TemplateCheck | None = None, traffic: list[tuple[str, int | None]] | None = None,
+        ends: float | None = None,
     ) -> ProbeResult:
         """One probe, never raising: a missing module, an inapplicable endpoint, an unreachable
-        upstream, a spent budget or a bug in the probe all come back as a result that says so.
+        upstream, a spent budget, the end of its time (`ends`, the event loop's clock: it is
+        stopped then, with everything it started) or a bug in the probe all come back as a result
+        that says so.
         With a `template` check that found the reference rendering differently, the probe runs
         without the reference (against the endpoint's own history), and its details say why.
         `traffic` gets the endpoint's (prompt, reported prompt_tokens) pairs, for the round's
@@ -334,6 +347,10 @@ class ProbeRunner:
         why_not = probe.applicable(endpoint)
         if why_not is not None:
             return ProbeResult(name, "inconclusive", 0, effect=probe.effect, details={"skipped": why_not})
+        loop = asyncio.get_running_loop()
+        if ends is not None and ends <= loop.time():
+            return ProbeResult(name, "inconclusive", 0, effect=probe.effect, details={
+                "reason": f"no time left in the audit (probes.audit.seconds = {self.settings.audit.seconds:g})"})
         client = self.client_factory(endpoint)
         ref = self.reference_for(endpoint)
         skipped = template.reason if template is not None and template.status == "differs" and ref is not None else None
@@ -348,16 +365,25 @@ class ProbeRunner:
             endpoint=endpoint, client=client, settings=self.settings, baselines=self.baselines,
             rng=np.random.default_rng(self.rng.integers(2**63)), clock=self.wall, reference=ref_client,
             progress=progress, confirm=confirm, template=template.status if template is not None else None,
+            deadline=ends,
         )
         started = time.perf_counter()
+        bound = asyncio.timeout_at(ends)
         try:
-            result = await probe.run(ctx)
+            async with bound:
+                result = await probe.run(ctx)
         except (ProbeUnavailable, BudgetExhausted) as exc:
             result = ProbeResult(name, "error", 0, effect=probe.effect, errors=max(1, client.errors),
                                  details={"error": str(exc)})
         except Exception as exc:  # a probe's bug must not stop the round or the scheduler
-            log.exception("probes: %s on %s raised", name, endpoint.id)
-            result = ProbeResult(name, "error", 0, effect=probe.effect, details={"error": f"{type(exc).__name__}: {exc}"})
+            if isinstance(exc, TimeoutError) and bound.expired():  # stopped at its time, not its own timeout
+                result = ProbeResult(name, "inconclusive", 0, effect=probe.effect, details={
+                    "reason": f"the audit's time ran out: stopped after {time.perf_counter() - started:.0f} s, "
+                              f"the end of its share (probes.audit.seconds = {self.settings.audit.seconds:g})"})
+            else:
+                log.exception("probes: %s on %s raised", name, endpoint.id)
+                result = ProbeResult(name, "error", 0, effect=probe.effect,
+                                     details={"error": f"{type(exc).__name__}: {exc}"})
         if traffic is not None:
             traffic.extend(getattr(client, "prompt_counts", ()))
         spent = client.tokens + (ref_client.tokens if ref_client is not None else 0)

@@ -29,6 +29,11 @@ MAX_SLEEP = 60.0  # wake at least this often (a catalog or state change is picke
 SCHEDULER_LIMIT_S = 900.0
 
 
+def scheduler_limit_s(settings: ProbeSettings) -> float:
+    """The liveness limit: a job is one audit, which ends within probes.audit.seconds."""
+    return max(SCHEDULER_LIMIT_S, settings.audit.seconds + 60.0)
+
+
 class Lease(Protocol):
     async def lease_acquire(self, key: str, owner: str, ttl_s: float) -> bool: ...
 
@@ -55,7 +60,7 @@ class ProbeScheduler:
     ) -> None:
         self.runner = runner
         # Beats after every job and every round: a probe run that hangs makes /readyz say so.
-        self.beat = beat or Heartbeat("probe scheduler", SCHEDULER_LIMIT_S, log=log)
+        self.beat = beat or Heartbeat("probe scheduler", scheduler_limit_s(settings), log=log)
         self.settings = settings
         self.health = health
         self.lease = lease
@@ -88,7 +93,7 @@ class ProbeScheduler:
 
     async def _take(self, job: Job) -> bool:
         probe, endpoint_id = job
-        hold = max(self.settings.lease_seconds, self.interval(probe, endpoint_id) * (1.0 - self.settings.jitter) * 0.95)
+        hold = self.settings.lease_for(self.interval(probe, endpoint_id))
         try:
             return await self.lease.lease_acquire(f"probe:{probe}:{endpoint_id}", self.owner, hold)
         except StoreUnavailable as exc:  # better a duplicate run than none

@@ -527,9 +527,9 @@ def _replay(first: Any, check: Any) -> Any:
     """The audit-start check answers `first`, later ones are real."""
     calls = {"n": 0}
 
-    async def replay(endpoint: Endpoint, ref: Endpoint) -> Any:
+    async def replay(endpoint: Endpoint, ref: Endpoint, **kw: Any) -> Any:
         calls["n"] += 1
-        return first if calls["n"] == 1 else await check(endpoint, ref)
+        return first if calls["n"] == 1 else await check(endpoint, ref, **kw)
 
     return replay
 

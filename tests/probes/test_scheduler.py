@@ -12,7 +12,7 @@ from gateway.health_states import HealthStates
 from gateway.state_store.memory import MemoryStore
 from probes.registry import ProbeRegistry
 from probes.scheduler import Lease, ProbeScheduler
-from probes.settings import ProbeSettings
+from probes.settings import AuditSettings, ProbeSettings
 from tests.fakes.clock import FakeClock
 
 
@@ -31,7 +31,7 @@ class FakeRunner:
 
 
 SETTINGS = ProbeSettings(intervals={"logprob_drift": 3600.0, "fidelity": 86_400.0, "agent": 10.0}, jitter=0.1,
-                         demoted_slowdown=4.0, lease_seconds=60.0)
+                         demoted_slowdown=4.0, lease_seconds=60.0, audit=AuditSettings(seconds=50.0))
 
 
 def scheduler(runner: FakeRunner, clock: FakeClock, lease: Lease, *, owner: str = "r1", health: HealthStates | None = None,

@@ -153,3 +153,16 @@ async def test_the_suite_is_sent_in_a_fresh_order_each_run() -> None:
     suite_order = [c.messages[0]["content"] for c in SUITE.cases]
     assert sorted(orders[0]) == sorted(orders[1]) == sorted(suite_order)
     assert orders[0] != suite_order and orders[1] != suite_order and orders[0] != orders[1]
+
+
+async def test_the_suite_stops_by_the_end_of_its_share_of_the_audit() -> None:
+    """The audit's deadline (the runner's share for this probe) comes before the suite's own budget:
+    the suite stops by then on its own, keeping and judging what it has, and says why."""
+    ep = SlowClient("fake/ep", delay=0.5)
+    ctx = context(ep, time_budget=300.0, max_concurrency=16)
+    ctx.deadline = asyncio.get_running_loop().time() + 0.6
+    t0 = time.perf_counter()
+    result = await ToolCallProbe(SUITE).run(ctx)
+    assert time.perf_counter() - t0 < 0.9
+    details: Any = result.details
+    assert result.verdict == "inconclusive" and "time ran out" in details["reason"] and details["unanswered"] > 0

@@ -1,0 +1,40 @@
+"""How long an audit may run, and each probe's share of it.
+
+An audit ends within `probes.audit.seconds` (`AuditSettings`). The first round ends
+`confirm_share` of that before the audit does, which leaves time for a confirmatory round; within a
+round a probe may run until the round's end less `keep_seconds` for each probe after it, or, when
+too little is left for that, an even share of what is left. A probe that finishes early leaves its
+time to the probes after it. Times are the event loop's clock (`asyncio.timeout_at`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from probes.settings import AuditSettings
+
+
+@dataclass(frozen=True, slots=True)
+class AuditClock:
+    started: float
+    ends: float
+    first_round_ends: float
+    keep_seconds: float
+
+    @classmethod
+    def start(cls, now: float, settings: AuditSettings) -> AuditClock:
+        ends = now + settings.seconds
+        return cls(now, ends, ends - settings.seconds * settings.confirm_share, settings.keep_seconds)
+
+    def round_end(self, *, confirm: bool) -> float:
+        return self.ends if confirm else self.first_round_ends
+
+    def probe_end(self, now: float, *, confirm: bool, after: int) -> float:
+        """When the next probe must end, with `after` probes still to run after it in this round."""
+        left = max(0.0, self.round_end(confirm=confirm) - now)
+        kept = min(self.keep_seconds * after, left * after / (after + 1))
+        return now + left - kept
+
+    @staticmethod
+    def left(end: float, *, now: float) -> float:
+        return max(0.0, end - now)
