@@ -15,6 +15,7 @@ which also serves every fault. Faults are the testbed's (probes/testbed/faults.p
     nice -n 10 .venv/bin/python bench/blind_drill.py --set weights --seeds 0 1 2 --json w.json
     nice -n 10 .venv/bin/python bench/blind_drill.py --set behaviour --seeds 0 --json b.json
     nice -n 10 .venv/bin/python bench/blind_drill.py --set truncation --seeds 0 1 --json t.json
+    nice -n 10 .venv/bin/python bench/blind_drill.py --set all --only "b 8" loops --full --seeds 0   # some kinds
     .venv/bin/python bench/blind_drill.py --report w.json b.json            # pool saved runs
 
 Sets (`SETS`): `weights` (honest engines and the distribution faults, drift + fidelity), `behaviour`
@@ -304,6 +305,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help=f"4 endpoints, probes {QUICK_PROBES}")
     parser.add_argument("--probes", help=f"the audit's probes (default {PROBES})")
     parser.add_argument("--full", action="store_true", help="the probes' default sample sizes (DRILL_PROBES otherwise)")
+    parser.add_argument("--only", nargs="+", metavar="LABEL",
+                        help="keep the set's endpoint kinds whose label contains one of these")
+    parser.add_argument("--audit-seconds", type=float, help="probes.audit.seconds (default: the gateway's)")
     parser.add_argument("--json", type=Path, help="write every audit's record here")
     parser.add_argument("--report", type=Path, nargs="+", help="only pool and print the records of these --json files")
     args = parser.parse_args()
@@ -316,7 +320,13 @@ def main() -> None:
         return
     kinds, probes = (QUICK, QUICK_PROBES) if args.quick else SETS[args.set]
     probes = args.probes or probes
+    if args.only:
+        kinds = tuple(k for k in kinds if any(part in k.label for part in args.only))
+        if not kinds:
+            parser.error(f"--only {' '.join(args.only)}: no endpoint kind of the set matches")
     sizes = {} if args.full else DRILL_PROBES
+    if args.audit_seconds is not None:
+        sizes = {**sizes, "audit": {"seconds": args.audit_seconds}}
     print(f"endpoints: {len(kinds)} ({sum(k.fault_class is None for k in kinds)} honest); probes: {probes}; "
           f"sizes: {json.dumps(sizes) if sizes else 'defaults'}")  # fmt: skip
     all_rows: list[dict[str, Any]] = []
