@@ -37,6 +37,7 @@ from probes.fleet import FleetLedger
 from probes.policy import Decision, decide, score_for
 from probes.registry import ProbeMissing, ProbeRegistry
 from probes.settings import ProbeSettings
+from probes.tasks import OutOfTime, within
 from probes.template_check import TemplateCheck, TemplateResult
 from probes.template_check import check as check_template
 from providers.http import HTTPClient, Timeouts
@@ -45,6 +46,8 @@ log = logging.getLogger("gateway.probes")
 
 Emit = Callable[[dict[str, Any]], None]
 ClientFactory = Callable[[Endpoint], ProbeClient]
+# Seconds a probe stopped at the end of its time may take to unwind; one still running then is left behind.
+STOP_GRACE_S = 5.0
 
 
 class ProbeRunStore(Protocol):
@@ -192,6 +195,7 @@ class ProbeRunner:
         self.metrics = metrics
         # Gates demotions by e-BH over the fleet's round (probes.fleet); None: no fleet gate.
         self.fleet = fleet
+        self._strays: set[asyncio.Task[Any]] = set()  # probes left running past their time (see _keep)
 
     def reference_for(self, endpoint: Endpoint) -> Endpoint | None:
         """The configured reference of the endpoint's model, else a local engine serving it; never itself."""
@@ -217,7 +221,9 @@ class ProbeRunner:
               "trigger": trigger, "state": self.health.state(endpoint.id), "seconds": self.settings.audit.seconds})
         ref = self.reference_for(endpoint)
         if ref is not None and self.settings.template_check:
-            report.template = await self.check_template(endpoint, ref, by=clock.round_end(confirm=False))
+            # Bounded as a probe before all the round's probes, so it cannot take their time.
+            by = clock.probe_end(asyncio.get_running_loop().time(), confirm=False, after=len(probes))
+            report.template = await self.check_template(endpoint, ref, by=by)
             emit({"event": "template", "endpoint": endpoint.id, "reference": ref.id, **report.template.as_json()})
             if report.template.status == "differs":
                 log.warning("probes: %s: %s", endpoint.id, report.template.reason)
@@ -235,7 +241,8 @@ class ProbeRunner:
                 # leaves the alarm standing, probes.policy). Which probes meet the reference stays
                 # the audit-start check's to say, as the endpoint controls its own counts, unless
                 # the reference's counts moved since (its template changed mid-audit).
-                again = await self.check_template(endpoint, ref, by=clock.ends)
+                again = await self.check_template(
+                    endpoint, ref, by=clock.probe_end(asyncio.get_running_loop().time(), confirm=True, after=len(names)))
                 emit({"event": "template", "endpoint": endpoint.id, "reference": ref.id, "confirm": True,
                       **again.as_json()})
                 rendered = judge(again, endpoint, ref, rerun="template" in rnd.decision.confirm_for)
@@ -251,13 +258,13 @@ class ProbeRunner:
     async def check_template(self, endpoint: Endpoint, ref: Endpoint, *, by: float | None = None) -> TemplateCheck:
         """The audit-start check: the same messages' prompt_tokens on the endpoint and the reference,
         stopped at `by` (the event loop's clock) when given."""
-        bound = asyncio.timeout_at(by)
         try:
-            async with bound:
-                return await check_template(self.client_factory(endpoint), self.client_factory(ref))
+            return await within(check_template(self.client_factory(endpoint), self.client_factory(ref)), by,
+                                grace=STOP_GRACE_S)
+        except OutOfTime as exc:
+            self._keep(exc.stray, f"the template check of {endpoint.id}")
+            return TemplateCheck("unknown", reason="the audit's time ran out before the check answered")
         except Exception as exc:  # a bug here must not stop the audit: the reference is then kept
-            if isinstance(exc, TimeoutError) and bound.expired():
-                return TemplateCheck("unknown", reason="the audit's time ran out before the check answered")
             log.exception("probes: the template check of %s raised", endpoint.id)
             return TemplateCheck("unknown", reason=f"the check failed: {type(exc).__name__}: {exc}")
 
@@ -350,7 +357,7 @@ class ProbeRunner:
         loop = asyncio.get_running_loop()
         if ends is not None and ends <= loop.time():
             return ProbeResult(name, "inconclusive", 0, effect=probe.effect, details={
-                "reason": f"no time left in the audit (probes.audit.seconds = {self.settings.audit.seconds:g})"})
+                "out_of_time": True, "reason": f"no time left in the audit (probes.audit.seconds = {self.settings.audit.seconds:g})"})
         client = self.client_factory(endpoint)
         ref = self.reference_for(endpoint)
         skipped = template.reason if template is not None and template.status == "differs" and ref is not None else None
@@ -368,22 +375,20 @@ class ProbeRunner:
             deadline=ends,
         )
         started = time.perf_counter()
-        bound = asyncio.timeout_at(ends)
         try:
-            async with bound:
-                result = await probe.run(ctx)
+            result = await within(probe.run(ctx), ends, grace=STOP_GRACE_S)
+        except OutOfTime as exc:
+            self._keep(exc.stray, f"{name} on {endpoint.id}")
+            result = ProbeResult(name, "inconclusive", 0, effect=probe.effect, details={
+                "out_of_time": True,
+                "reason": f"the audit's time ran out: stopped after {time.perf_counter() - started:.0f} s, the "
+                          f"end of its share (probes.audit.seconds = {self.settings.audit.seconds:g})"})
         except (ProbeUnavailable, BudgetExhausted) as exc:
             result = ProbeResult(name, "error", 0, effect=probe.effect, errors=max(1, client.errors),
                                  details={"error": str(exc)})
         except Exception as exc:  # a probe's bug must not stop the round or the scheduler
-            if isinstance(exc, TimeoutError) and bound.expired():  # stopped at its time, not its own timeout
-                result = ProbeResult(name, "inconclusive", 0, effect=probe.effect, details={
-                    "reason": f"the audit's time ran out: stopped after {time.perf_counter() - started:.0f} s, "
-                              f"the end of its share (probes.audit.seconds = {self.settings.audit.seconds:g})"})
-            else:
-                log.exception("probes: %s on %s raised", name, endpoint.id)
-                result = ProbeResult(name, "error", 0, effect=probe.effect,
-                                     details={"error": f"{type(exc).__name__}: {exc}"})
+            log.exception("probes: %s on %s raised", name, endpoint.id)
+            result = ProbeResult(name, "error", 0, effect=probe.effect, details={"error": f"{type(exc).__name__}: {exc}"})
         if traffic is not None:
             traffic.extend(getattr(client, "prompt_counts", ()))
         spent = client.tokens + (ref_client.tokens if ref_client is not None else 0)
@@ -399,6 +404,16 @@ class ProbeRunner:
             requests=max(result.requests, requests), errors=max(result.errors, client.errors),
             grounds=result.grounds,
         )
+
+    def _keep(self, stray: asyncio.Task[Any] | None, what: str) -> None:
+        """A probe that ignored every cancel for STOP_GRACE_S: kept referenced (the loop holds tasks
+        weakly) until it ends, and said loudly, since it may still be sending."""
+        if stray is None:
+            return
+        log.error("probes: %s ignored its cancels for %.0f s at the end of its time and was left running",
+                  what, STOP_GRACE_S)
+        self._strays.add(stray)
+        stray.add_done_callback(self._strays.discard)
 
     async def _decide(self, endpoint: Endpoint, results: list[ProbeResult], *, confirm: bool, trigger: str) -> Decision:
         try:

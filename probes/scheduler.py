@@ -20,7 +20,7 @@ from gateway.health_states import HealthStates
 from gateway.state_store import StoreUnavailable
 from kernel.tasks import Heartbeat, cancel_and_wait, run_forever
 from probes.runner import ProbeRunner
-from probes.settings import ProbeSettings
+from probes.settings import AUDIT_MARGIN_S, ProbeSettings
 
 log = logging.getLogger("gateway.probes")
 
@@ -30,8 +30,8 @@ SCHEDULER_LIMIT_S = 900.0
 
 
 def scheduler_limit_s(settings: ProbeSettings) -> float:
-    """The liveness limit: a job is one audit, which ends within probes.audit.seconds."""
-    return max(SCHEDULER_LIMIT_S, settings.audit.seconds + 60.0)
+    """The liveness limit: the scheduler beats before and after each job, and a job is one audit."""
+    return max(SCHEDULER_LIMIT_S, settings.audit.seconds + AUDIT_MARGIN_S)
 
 
 class Lease(Protocol):
@@ -106,6 +106,7 @@ class ProbeScheduler:
         for job in self.due(self.clock()):
             probe, endpoint_id = job
             if await self._take(job):
+                self.beat.ok()  # the pause before the job is not part of it: its age is the job's alone
                 try:
                     await self.runner.run(endpoint_id, [probe], trigger="schedule")
                     ran += 1

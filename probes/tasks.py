@@ -11,11 +11,62 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from kernel.tasks import RECANCEL_S
 
 log = logging.getLogger("gateway.probes")
+
+T = TypeVar("T")
+
+
+class OutOfTime(Exception):
+    """`within`'s task reached its end and was stopped; `stray` is the task when it ignored every
+    cancel for the grace period and was left running (the caller keeps a reference to it)."""
+
+    def __init__(self, stray: asyncio.Task[Any] | None = None) -> None:
+        super().__init__("out of time")
+        self.stray = stray
+
+
+async def within(aw: Awaitable[T], ends: float | None, *, grace: float) -> T:
+    """`aw`'s result if it finishes before `ends` (the event loop's clock; None: no end), its own
+    exception as it raised it (a TimeoutError of its own included), else OutOfTime once it has
+    stopped: cancelled, and again every RECANCEL_S while it runs on (a dropped cancel), for up to
+    `grace` seconds; a result it returns after its end is not used. A cancel of this call stops
+    it the same way (unbounded, as `cancel_all`) before it is raised."""
+    now = asyncio.get_running_loop().time
+    task = asyncio.ensure_future(aw)
+    try:
+        while not task.done():
+            left = None if ends is None else ends - now()
+            if left is not None and left <= 0:
+                break
+            await asyncio.wait([task], timeout=left)
+    except asyncio.CancelledError:
+        await cancel_all([task])
+        raise
+    if task.done():
+        return task.result()
+    give_up = now() + grace
+    while not task.done() and now() < give_up:
+        task.cancel()
+        try:
+            await asyncio.wait([task], timeout=min(RECANCEL_S, max(0.0, give_up - now())))
+        except asyncio.CancelledError:
+            await cancel_all([task])
+            raise
+    if not task.done():
+        task.add_done_callback(_retrieve)
+        raise OutOfTime(task)
+    _retrieve(task)
+    raise OutOfTime()
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """A stopped task's own failure: logged, not left to the loop's 'never retrieved'."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.warning("probes: a task failed while it was stopped", exc_info=exc)
 
 
 async def gather_or_cancel(*aws: Awaitable[Any]) -> list[Any]:

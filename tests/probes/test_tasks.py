@@ -8,7 +8,7 @@ import gc
 import pytest
 
 from kernel.tasks import cancel_and_wait
-from probes.tasks import cancel_all, gather_or_cancel
+from probes.tasks import OutOfTime, cancel_all, gather_or_cancel, within
 
 
 class DropsACancel:
@@ -97,3 +97,75 @@ async def test_a_failure_while_unwinding_is_logged_not_left_to_the_loop(caplog: 
     await asyncio.sleep(0)
     assert unretrieved == []
     assert any(r.exc_info and isinstance(r.exc_info[1], OSError) for r in caplog.records)
+
+
+async def test_within_gives_the_result_of_what_ends_in_time() -> None:
+    async def quick() -> int:
+        await asyncio.sleep(0.01)
+        return 7
+
+    assert await within(quick(), asyncio.get_running_loop().time() + 5, grace=1) == 7
+    assert await within(quick(), None, grace=1) == 7
+
+
+async def test_within_raises_what_the_task_raised_its_own_timeout_included() -> None:
+    async def times_out() -> None:
+        raise TimeoutError("its own request")
+
+    with pytest.raises(TimeoutError, match="its own request"):
+        await within(times_out(), asyncio.get_running_loop().time() + 5, grace=1)
+
+
+async def test_within_stops_a_task_that_drops_a_cancel_at_its_end() -> None:
+    # asyncio.timeout_at cancels once: a task that dropped that cancel ran on with no end.
+    sender = DropsACancel()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with pytest.raises(OutOfTime) as raised:
+        await asyncio.wait_for(within(sender.run(), began + 0.2, grace=1), timeout=5)
+    assert loop.time() - began < 0.2 + 0.5 and raised.value.stray is None
+    assert await sender.sends_no_more()
+
+
+async def test_a_result_returned_after_the_end_is_not_used() -> None:
+    async def answers_late() -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            pass  # dropped, then answers as if nothing happened
+        return "late"
+
+    with pytest.raises(OutOfTime):
+        await within(answers_late(), asyncio.get_running_loop().time() + 0.1, grace=1)
+
+
+async def test_a_task_that_ignores_every_cancel_is_left_behind_after_the_grace() -> None:
+    release = asyncio.Event()
+
+    async def ignores_cancels() -> None:
+        while not release.is_set():
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                continue
+
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with pytest.raises(OutOfTime) as raised:
+        await within(ignores_cancels(), began + 0.1, grace=0.3)
+    assert 0.4 <= loop.time() - began < 1.0
+    stray = raised.value.stray
+    assert stray is not None and not stray.done()  # handed back, so the caller can keep and report it
+    release.set()
+    await asyncio.wait([stray], timeout=1)
+    assert stray.done()
+
+
+async def test_a_cancel_of_within_stops_its_task_first() -> None:
+    sender = DropsACancel()
+    outer = asyncio.ensure_future(within(sender.run(), None, grace=1))
+    await asyncio.sleep(0.05)
+    outer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await outer
+    assert await sender.sends_no_more()
