@@ -88,6 +88,8 @@ class _Round:
     independent: tuple[str, ...]
     # Probes that ran and gave no verdict: an error, or inconclusive other than "not applicable".
     no_verdict: frozenset[str] = frozenset()
+    # Probes stopped at the end of the audit's time (probes.deadline): no answer either way.
+    out_of_time: frozenset[str] = frozenset()
 
 
 def _tally(
@@ -143,7 +145,8 @@ def _tally(
                   own={p: m for p, m in own.items() if p in cusum})
     no_verdict = frozenset(r.probe for r in results if r.verdict == "error"
                            or (r.verdict == "inconclusive" and "skipped" not in (r.details or {})))
-    return _Round(new, quality, failed, tuple(alarms), tuple(demote), tuple(independent), no_verdict)
+    out_of_time = frozenset(r.probe for r in results if (r.details or {}).get("out_of_time"))
+    return _Round(new, quality, failed, tuple(alarms), tuple(demote), tuple(independent), no_verdict, out_of_time)
 
 
 def _still_suspect(probes: Sequence[str], rnd: _Round) -> tuple[str, ...]:
@@ -228,7 +231,9 @@ def decide(
                    f"its own-grounds e-CUSUM reaches {settings.suspect_e:g} or a confirmatory round fails")
         if hold != "suspect":
             return move(hold, why, kept)
-        if not holding:
+        if rnd.out_of_time:  # a test that might have confirmed it gave no answer: no hold, ask again
+            why += f"; {', '.join(sorted(rnd.out_of_time))} ran out of time: no reference-only hold"
+        elif not holding:
             kept = replace(kept, held_until=now + settings.reference_hold_seconds)
         suspects = _still_suspect((*evidence.suspects, *(r.probe for r in rnd.failed), *rnd.alarms), rnd)
         return move("suspect", why, replace(kept, suspects=suspects), suspects)

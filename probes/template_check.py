@@ -130,7 +130,7 @@ class TemplateResult:
                                details={**details, "error": f"{n} template-check requests failed"})
         if check.status == "same" and rerun:
             return ProbeResult(self.name, "pass", pairs, effect=self.effect, grounds="reference", details=details)
-        if check.status == "unknown" and rerun:  # the reference did not count: the alarm stays open
+        if check.status == "unknown" and rerun:  # no pair of counts (or no time for one): the alarm stays open
             return ProbeResult(self.name, "inconclusive", pairs, effect=self.effect, grounds="reference",
-                               details={**details, "reason": "the reference reported no prompt_tokens"})
+                               details={**details, "reason": check.reason or "the reference reported no prompt_tokens"})
         return None

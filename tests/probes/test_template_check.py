@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from probes.template_check import TemplateResult, compare
+from probes.template_check import TemplateCheck, TemplateResult, compare
 from tests.fakes.catalog import make_endpoint
 
 
@@ -53,3 +53,13 @@ def test_other_or_unknown_weights_give_no_result() -> None:
     check = compare([55, 40], [31, 40])
     assert TemplateResult().judge(check, make_endpoint("a/m"), REF_Q4) is None
     assert TemplateResult().judge(check, make_endpoint("a/m", weights="bf16"), REF_Q4) is None
+
+
+def test_a_re_check_with_no_time_left_says_so() -> None:
+    # The re-run's reason was always "the reference reported no prompt_tokens", whatever the cause.
+    timed_out = TemplateCheck("unknown", reason="the audit's time ran out before the check answered")
+    result = TemplateResult().judge(timed_out, A_Q4, REF_Q4, rerun=True)
+    assert result is not None and result.verdict == "inconclusive"
+    assert (result.details or {})["reason"] == timed_out.reason
+    uncounted = TemplateResult().judge(compare([None, None], [None, None]), A_Q4, REF_Q4, rerun=True)
+    assert uncounted is not None and "prompt_tokens" in (uncounted.details or {})["reason"]
