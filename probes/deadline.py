@@ -9,6 +9,7 @@ time to the probes after it. Times are the event loop's clock (`asyncio.timeout_
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from probes.settings import AuditSettings
@@ -38,3 +39,15 @@ class AuditClock:
     @staticmethod
     def left(end: float, *, now: float) -> float:
         return max(0.0, end - now)
+
+
+SPARE_S = 5.0  # a probe stops this long (at most a tenth of its time left) before the runner would stop it
+
+
+def stop_at(deadline: float | None) -> float | None:
+    """When a probe that can judge what it has stops starting work (the event loop's clock): a
+    spare moment before its `deadline`, to judge and store what it has; None: no end."""
+    if deadline is None:
+        return None
+    left = max(0.0, deadline - asyncio.get_running_loop().time())
+    return deadline - min(SPARE_S, 0.1 * left)

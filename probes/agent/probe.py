@@ -12,6 +12,7 @@ model-written code at all.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -22,6 +23,7 @@ from probes.agent.stats import fisher_less, wilson_interval
 from probes.agent.tasks import tasks_named
 from probes.agent.tasks.base import Task
 from probes.base import Effect, Outcome, ProbeContext, ProbeResult, Verdict
+from probes.deadline import stop_at
 
 if TYPE_CHECKING:
     from gateway.catalog import Endpoint
@@ -79,28 +81,38 @@ class AgentProbe:
             return "the deployment does not support tool calls"
         return None
 
-    async def _run_suite(self, client: ChatClient, ctx: ProbeContext, tasks: Sequence[Task]) -> list[AgentRun]:
+    async def _run_suite(
+        self, client: ChatClient, ctx: ProbeContext, tasks: Sequence[Task]
+    ) -> tuple[list[AgentRun], str | None]:
+        """Every task `attempts` times, and why it stopped short (None: it ran whole): with a
+        deadline, no attempt starts that the longest one so far would not finish by then."""
         cfg = ctx.settings.agent
         sandbox = self._sandbox or SubprocessSandbox()
         runs: list[AgentRun] = []
         total = len(tasks) * cfg.attempts
+        loop, until, longest = asyncio.get_running_loop(), stop_at(ctx.deadline), 0.0
         for task in tasks:
             for _ in range(cfg.attempts):
+                if until is not None and loop.time() + longest > until:
+                    return runs, f"{len(runs)} of {total} attempts before the end of the probe's time"
                 seed = int(ctx.rng.integers(0, 2**31 - 1))
                 config = LoopConfig(cfg.max_steps, cfg.max_tokens, cfg.temperature, seed)
+                began = loop.time()
                 runs.append(await run_agent(task, client, sandbox, config))
+                longest = max(longest, loop.time() - began)
                 ctx.progress(len(runs), total)
-        return runs
+        return runs, None
 
     async def _frozen(self, ctx: ProbeContext, endpoint_id: str, tasks: Sequence[Task],
                       run: Any) -> tuple[dict[str, Any] | None, bool]:
-        """The frozen summary for `endpoint_id`, made now by `run()` (and frozen) when there is none."""
+        """The frozen summary for `endpoint_id`, made now by `run()` (and frozen) when there is none;
+        a run cut short by time freezes nothing (a baseline of part of the suite)."""
         names = [t.name for t in tasks]
         stored = await ctx.baselines.get(endpoint_id, self.name, BASELINE_KEY)
         if stored is not None:
             return (dict(stored) if list(stored.get("tasks", [])) == names else None), False
         summary = await run()
-        if not summary["attempts"]:
+        if not summary["attempts"] or summary.get("cut"):
             return None, False
         frozen = {"passes": summary["passes"], "attempts": summary["attempts"], "tasks": names}
         await ctx.baselines.put(endpoint_id, self.name, BASELINE_KEY, frozen, at=ctx.clock())
@@ -110,11 +122,13 @@ class AgentProbe:
         cfg = ctx.settings.agent
         tasks = self._tasks or tasks_named(list(cfg.tasks))
         try:
-            runs = await self._run_suite(ctx.client, ctx, tasks)
+            runs, cut = await self._run_suite(ctx.client, ctx, tasks)
         except SandboxUnavailable as exc:
             # The host's fault, not the endpoint's: no code ran unsandboxed, and no state moves.
             return ProbeResult(self.name, "inconclusive", 0, details={"unavailable": str(exc)}, effect=self.effect)
         summary = summarise(runs)
+        if cut:
+            summary["cut"] = cut
         spent = {"tokens": sum(r.tokens for r in runs), "requests": sum(r.steps for r in runs),
                  "errors": summary["unanswered"]}
         if not summary["attempts"]:
@@ -132,7 +146,8 @@ class AgentProbe:
         if reference is not None:
 
             async def reference_run() -> dict[str, Any]:
-                return summarise(await self._run_suite(reference, ctx, tasks))
+                ref_runs, ref_cut = await self._run_suite(reference, ctx, tasks)
+                return {**summarise(ref_runs), "cut": ref_cut}
 
             ref, _ = await self._frozen(ctx, reference.endpoint_id, tasks, reference_run)
             if ref is not None:
@@ -141,9 +156,10 @@ class AgentProbe:
         demote = any(c["demote"] for c in comparisons.values())
         alpha = min(cfg.alpha, ctx.settings.health.confirm_alpha) if ctx.confirm else cfg.alpha
         verdict: Verdict = "fail" if demote or (p is not None and p <= alpha) else "pass" if p is not None else "inconclusive"
+        extra = {"reason": f"time ran out: {cut}; no baseline is frozen from part of the suite"} if cut else {}
         outcome = Outcome(
             statistic=summary["pass_rate"], p_value=p, samples=summary["attempts"],
             reference_samples=comparisons["reference"]["attempts"] if "reference" in comparisons else None,
-            details={**summary, "comparisons": comparisons, "baseline_frozen_now": froze},
+            details={**summary, "comparisons": comparisons, "baseline_frozen_now": froze, **extra},
         )
         return ProbeResult.of(self.name, verdict, outcome, effect="demote" if demote else self.effect, **spent)

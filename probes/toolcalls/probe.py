@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from probes.base import Effect, Outcome, ProbeContext, ProbeResult, Verdict
 from probes.budget import BudgetExhausted
 from probes.client import ProbeRejected, ProbeUnavailable
+from probes.deadline import stop_at
 from probes.tasks import cancel_all, gather_or_cancel
 from probes.toolcalls.cases import Case, Suite, load_suite
 from probes.toolcalls.scoring import CaseOutcome, figures, judge, outcome_of, truth_of
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from probes.client import ProbeClient
 
 PROBE = "toolcalls"
-SPARE_S = 5.0  # stop this long (at most a tenth of the time left) before the runner would stop the probe
 
 
 @dataclass
@@ -57,13 +57,16 @@ async def run_cases(
     progress: Any = None,
     time_budget: float | None = None,
     max_concurrency: int | None = None,
+    until: float | None = None,
 ) -> CaseRun:
     """Run the cases, `concurrency` at a time, more (up to `max_concurrency`) when the measured
-    latency says they would not all finish within `time_budget`; each request is bounded by the
-    time left. Stops early, keeping what it has, when the budget or the time is spent. Whatever
-    raises out of here (a bug, a cancel) first cancels every request it started."""
+    latency says they would not all finish within `time_budget` seconds from now or by `until`
+    (the event loop's clock), whichever comes first; each request is bounded by the time left.
+    Stops early, keeping what it has, when the budget or the time is spent. Whatever raises out of
+    here (a bug, a cancel) first cancels every request it started."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + time_budget if time_budget is not None else None
+    ends = [t for t in (loop.time() + time_budget if time_budget is not None else None, until) if t is not None]
+    deadline = min(ends) if ends else None
     pending = deque(cases)
     run = CaseRun()
     latencies: list[float] = []
@@ -125,16 +128,6 @@ async def run_cases(
     return run
 
 
-def time_budget(own: float | None, deadline: float | None) -> float | None:
-    """The suite's seconds: its own budget, cut to the end of its share of the audit (less a spare
-    moment to judge and store what it has) when the runner set one."""
-    if deadline is None:
-        return own
-    left = max(0.0, deadline - asyncio.get_running_loop().time())
-    left -= min(SPARE_S, 0.1 * left)
-    return left if own is None else min(own, left)
-
-
 class ToolCallProbe:
     name: ClassVar[str] = PROBE
     effect: ClassVar[Effect] = "confirm"
@@ -164,13 +157,14 @@ class ToolCallProbe:
         cases = tuple(cases[i] for i in ctx.rng.permutation(len(cases)))
         client = ctx.client
         requests0, tokens0 = client.requests, client.tokens
-        budget = time_budget(settings.time_budget, ctx.deadline)
+        began = asyncio.get_running_loop().time()
+        until = stop_at(ctx.deadline)
         # The reference's missing cases run alongside the endpoint's (different machines, as a rule);
         # either side raising cancels the other.
         mine, (reference, ref_rejected) = await gather_or_cancel(
             run_cases(client, cases, concurrency=settings.concurrency, schemas=self._schemas, progress=ctx.progress,
-                      time_budget=budget, max_concurrency=settings.max_concurrency),
-            self._reference(ctx, suite, cases, budget),
+                      time_budget=settings.time_budget, max_concurrency=settings.max_concurrency, until=until),
+            self._reference(ctx, suite, cases, until),
         )
         outcomes, errors = mine.outcomes, mine.errors
         tokens, requests = client.tokens - tokens0, client.requests - requests0
@@ -181,7 +175,8 @@ class ToolCallProbe:
                        "latency_s": round(mine.latency, 3) if mine.latency is not None else None}
         if mine.out_of_time:
             run_details["reason"] = (
-                f"time ran out: {len(mine.outcomes)} of {len(cases)} cases answered within {budget:.0f} s "
+                f"time ran out: {len(mine.outcomes)} of {len(cases)} cases answered within "
+                f"{asyncio.get_running_loop().time() - began:.0f} s "
                 f"(median latency {run_details['latency_s']} s at up to {mine.concurrency} at once)")
         if not outcomes:
             verdict_now: Verdict = "inconclusive" if mine.out_of_time or mine.rejected or ref_rejected else "error"
@@ -230,7 +225,7 @@ class ToolCallProbe:
         )
 
     async def _reference(
-        self, ctx: ProbeContext, suite: Suite, cases: Sequence[Case], budget: float | None
+        self, ctx: ProbeContext, suite: Suite, cases: Sequence[Case], until: float | None
     ) -> tuple[dict[str, CaseOutcome], set[str]]:
         """The reference's frozen outcomes for these cases, and those it cannot serve; runs (and
         stores) the ones it lacks."""
@@ -245,7 +240,7 @@ class ToolCallProbe:
         if missing:
             t = ctx.settings.toolcalls
             fresh = await run_cases(ref, missing, concurrency=t.concurrency, schemas=self._schemas,
-                                    time_budget=budget, max_concurrency=t.max_concurrency)
+                                    time_budget=t.time_budget, max_concurrency=t.max_concurrency, until=until)
             if fresh.outcomes or fresh.rejected:
                 known.update({cid: o.stored() for cid, o in fresh.outcomes.items()})
                 refused.update(fresh.rejected)

@@ -3,6 +3,7 @@ tokens, the frozen baseline, the reference, and the demotion rule."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -144,3 +145,33 @@ async def test_reports_unavailable_and_runs_nothing_without_bubblewrap(tmp_path:
     result = await AgentProbe(sandbox, [task]).run(context(SolvingClient("p/m")))
     # Inconclusive, not "error": a host without the sandbox is not the endpoint's fault.
     assert result.verdict == "inconclusive" and "bwrap" in (result.details or {})["unavailable"]
+
+
+class SlowSolvingClient(SolvingClient):
+    async def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(0.05)
+        return await super().chat(body)
+
+
+async def test_the_suite_stops_starting_attempts_by_its_deadline_and_freezes_nothing() -> None:
+    """It ignored its time: the runner stopped it and every attempt was lost; now it judges the
+    attempts it finished, and a first run cut short freezes no baseline of part of the suite."""
+    baselines = MemoryBaselines()
+    ctx = context(SlowSolvingClient("p/m"), baselines=baselines)  # 10 attempts of 2 steps: 1 s
+    ctx.deadline = asyncio.get_running_loop().time() + 0.5
+    result = await probe().run(ctx)
+    assert asyncio.get_running_loop().time() <= ctx.deadline
+    d = result.details or {}
+    assert result.verdict == "inconclusive" and 0 < result.samples < 10 and "time ran out" in d["reason"]
+    assert await baselines.get("p/m", "agent", "pass_rate") is None and not d["baseline_frozen_now"]
+
+
+async def test_a_run_cut_short_is_still_judged_against_a_frozen_baseline() -> None:
+    baselines = MemoryBaselines()
+    await probe().run(context(SolvingClient("p/m"), baselines=baselines))  # freezes 10 of 10
+    ctx = context(SlowSolvingClient("p/m", solve_every=1_000), baselines=baselines)  # solves nothing now
+    ctx.deadline = asyncio.get_running_loop().time() + 0.5
+    result = await probe().run(ctx)
+    d = result.details or {}
+    assert 0 < result.samples < 10 and "time ran out" in d["reason"]
+    assert result.verdict == "fail" and d["comparisons"]["baseline"]["p_value"] < 0.05

@@ -166,3 +166,21 @@ async def test_the_suite_stops_by_the_end_of_its_share_of_the_audit() -> None:
     assert time.perf_counter() - t0 < 0.9
     details: Any = result.details
     assert result.verdict == "inconclusive" and "time ran out" in details["reason"] and details["unanswered"] > 0
+
+
+class SlowBaselines(MemoryBaselines):
+    async def get(self, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(1.0)  # a slow state store read before the reference's missing cases run
+        return await super().get(*args, **kwargs)
+
+
+async def test_the_reference_side_stops_by_the_same_moment_as_the_endpoint_side() -> None:
+    """The reference side counted its time from after its baseline read: it ran past the probe's
+    deadline, and the runner's stop then threw away every answer the endpoint had given."""
+    ep, ref = SlowClient("fake/ep", delay=0.05), SlowClient("local/ref", delay=0.05)
+    ctx = context(ep, ref, time_budget=300.0, max_concurrency=16)
+    ctx.baselines = SlowBaselines()
+    ctx.deadline = asyncio.get_running_loop().time() + 1.5
+    result = await ToolCallProbe(SUITE).run(ctx)
+    assert asyncio.get_running_loop().time() <= ctx.deadline  # returned before the runner would stop it
+    assert result.verdict == "pass" and result.samples > 0
