@@ -514,12 +514,31 @@ def make_client_factory(
     shape: UserShape | None = None,
     headers: UserHeaders | None = None,
 ) -> ClientFactory:
+    """Probe clients as a user's requests reach each endpoint; a reference on llama.cpp's server
+    (the configured references and the gateway's own engines) evaluates every prompt afresh."""
     t = settings.request_timeout
     timeouts = Timeouts(connect=min(10.0, t), first_byte=t, between_chunks=t, total=t)
     hooks: dict[str, Any] = {"shape": shape, "headers": headers}
     hooks = {name: hook for name, hook in hooks.items() if hook is not None}
+    references = set(settings.references.values())
 
     def factory(endpoint: Endpoint) -> ProbeClient:
+        if endpoint.kind == "llamacpp" and (endpoint.id in references or endpoint.region == "local"):
+            return ProbeClient(endpoint, http, timeouts, budget, **{**hooks, "shape": uncached(shape)})
         return ProbeClient(endpoint, http, timeouts, budget, **hooks)
 
     return factory
+
+
+def uncached(shape: UserShape | None) -> UserShape:
+    """`shape`, and llama-server's `cache_prompt: false`: its T=0 logprobs of a prompt move with
+    the cached prefix it reuses (computed in another batch shape: up to 0.32 nats after long
+    prompts, bench/reference_cache_state.py), and an equality test against a reference must not
+    see the reference's own history. Only for references and the gateway's own engines, whose
+    traffic no provider sees; an audited provider gets its requests as a user's."""
+
+    def fresh(op: str, body: dict[str, Any], endpoint: Endpoint) -> dict[str, Any]:
+        own = shape(op, body, endpoint) if shape is not None else {}
+        return {**own, "cache_prompt": False} if op in ("chat", "completions") else own
+
+    return fresh

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
 from gateway.catalog import Endpoint
@@ -19,15 +20,17 @@ from gateway.state_store.memory import MemoryStore
 from kernel.health import Transition
 from probes.base import Effect, Grounds, ProbeContext, ProbeResult, Verdict
 from probes.baselines import MemoryBaselines
-from probes.budget import BudgetExhausted
+from probes.budget import BudgetExhausted, ProbeBudget
 from probes.client import ProbeUnavailable
 from probes.evidence import EvidenceStore
 from probes.prompt_identity import fingerprint
 from probes.registry import ProbeRegistry
-from probes.runner import ProbeRunner
+from probes.runner import ProbeRunner, make_client_factory
 from probes.settings import HealthSettings, ProbeSettings
 from probes.template_check import MESSAGES as TEMPLATE_MESSAGES
 from probes.template_check import TemplateCheck
+from providers.http_mock import MockHTTPClient, MockResponse
+from providers.llamacpp import LlamaCppAdapter
 from tests.fakes.catalog import make_catalog, make_endpoint
 from tests.fakes.clock import FakeClock
 
@@ -667,3 +670,29 @@ async def test_a_consistency_alarm_clears_when_the_re_run_repeats_no_prompt(monk
     # consistency result to give: the alarm cannot be re-run, and the passing round clears it.
     assert [r.probe for r in report.rounds[1].results] == ["logprob_drift", "distribution"]
     assert health.state(A.id) == "healthy"
+
+
+async def test_a_llama_server_reference_evaluates_every_prompt_afresh() -> None:
+    """Its T=0 logprobs moved with the cached prefix it reused (tests/providers/test_llamacpp_quirks.py):
+    the references and the gateway's own engines get `cache_prompt: false`; an audited provider,
+    even one on llama-server, gets its requests as a user's (nothing in them marks a probe)."""
+    sent: dict[str, dict[str, Any]] = {}
+    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+              "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+
+    def upstream(request: Any) -> MockResponse:
+        sent[request.url] = orjson.loads(request.body)
+        return MockResponse(200, {"content-type": "application/json"}, orjson.dumps(answer))
+
+    def on(name: str, kind: str, region: str = "test") -> Endpoint:
+        ep = make_endpoint(f"{name}/m", base_url=f"http://{name}.test/v1", adapter=LlamaCppAdapter())
+        return replace(ep, kind=kind, region=region)
+
+    settings = ProbeSettings(references={"m": "ref/m"})
+    factory = make_client_factory(MockHTTPClient(upstream), settings, ProbeBudget(requests_per_day=0, tokens_per_day=0,
+                                                                                   clock=lambda: 0.0))
+    for ep in (on("ref", "llamacpp"), on("engine", "llamacpp", "local"), on("provider", "llamacpp"),
+               on("other", "openai")):
+        await factory(ep).chat({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1})
+    fresh = {url.split("//")[1].split(".")[0]: body.get("cache_prompt") for url, body in sent.items()}
+    assert fresh == {"ref": False, "engine": False, "provider": None, "other": None}

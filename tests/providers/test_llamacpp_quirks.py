@@ -161,3 +161,30 @@ async def test_a_call_cut_before_its_name_ends_is_text(engine: EngineSupervisor)
     choice = (await chat(engine, body)).json()["choices"][0]
     assert choice["finish_reason"] == "length" and not choice["message"].get("tool_calls")
     assert choice["message"]["content"].startswith('{"name"')
+
+
+async def test_an_answer_depends_on_what_it_served_before_unless_cache_prompt_is_off(engine: EngineSupervisor) -> None:
+    """The T=0 logprobs of a short prompt move after long prompts (their cached template prefix was
+    computed in a large batch), and come back with `cache_prompt: false`: a reference compared by
+    equality must not carry its history (`probes.runner.make_client_factory`), measured by
+    bench/reference_cache_state.py."""
+
+    async def top(prompt: str, **extra: Any) -> dict[str, float]:
+        answer = (await chat(engine, as_adapter_sends({
+            "messages": [{"role": "user", "content": prompt}], "max_tokens": 1, "temperature": 0, "logprobs": True,
+            "top_logprobs": 20, **extra}))).json()
+        return {t["token"]: t["logprob"] for t in answer["choices"][0]["logprobs"]["content"][0]["top_logprobs"]}
+
+    prompts = ("x", "Qz", "the 7")
+    fresh = [await top(p) for p in prompts]
+    long = "The quick brown fox jumps over the lazy dog. " * 80  # about 800 tokens: a 512-token batch first
+    for i in range(3):
+        await chat(engine, as_adapter_sends({"messages": [{"role": "user", "content": long + str(i)}], "max_tokens": 4}))
+
+    def gap(a: dict[str, float], b: dict[str, float]) -> float:
+        return max(abs(a[t] - b[t]) for t in set(a) & set(b))
+
+    after = [await top(p) for p in prompts]
+    assert max(gap(a, b) for a, b in zip(fresh, after, strict=True)) > 0.01
+    uncached = [await top(p, cache_prompt=False) for p in prompts]
+    assert max(gap(a, b) for a, b in zip(fresh, uncached, strict=True)) == 0.0
