@@ -86,6 +86,9 @@ class ProbeClient:
         headers: UserHeaders = _no_headers,
     ) -> None:
         self.endpoint = endpoint
+        # True where the server is asked to evaluate logprob-reading prompts afresh (no prompt cache):
+        # its windows are another series than a cached one (probes.logprob_drift keys them apart).
+        self.fresh = False
         self._shape = shape
         self._headers = headers
         self._http = http

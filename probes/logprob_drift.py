@@ -151,7 +151,8 @@ class LogprobDrift:
 
         comparisons: dict[str, Outcome] = {}
         details: dict[str, Any] = {"top_logprobs": k}
-        key = f"golden:k{k}"
+        # Windows frozen from a server's cached answers are another series than uncached ones.
+        key = f"golden:k{k}" + (":uncached" if getattr(ctx.client, "fresh", False) else "")
         golden = await ctx.baselines.get(ctx.endpoint.id, self.name, key)
         # A golden window needs every prompt answered at least twice; otherwise the next run tries again.
         complete = all(len(window.get(p, ())) >= 2 for p in settings.prompts)

@@ -88,7 +88,7 @@ class _Round:
     independent: tuple[str, ...]
     # Probes that ran and gave no verdict: an error, or inconclusive other than "not applicable".
     no_verdict: frozenset[str] = frozenset()
-    # Probes stopped at the end of the audit's time (probes.deadline): no answer either way.
+    # Probes stopped at the end of their time (probes.deadline): no answer either way.
     out_of_time: frozenset[str] = frozenset()
 
 
@@ -231,9 +231,9 @@ def decide(
                    f"its own-grounds e-CUSUM reaches {settings.suspect_e:g} or a confirmatory round fails")
         if hold != "suspect":
             return move(hold, why, kept)
-        if rnd.out_of_time:  # a test that might have confirmed it gave no answer: no hold, ask again
-            why += f"; {', '.join(sorted(rnd.out_of_time))} ran out of time: no reference-only hold"
-        elif not holding:
+        if rnd.out_of_time:  # said, so that an operator can re-run it with more time (the hold starts anyway)
+            why += f"; {', '.join(sorted(rnd.out_of_time))} ran out of time before answering"
+        if not holding:
             kept = replace(kept, held_until=now + settings.reference_hold_seconds)
         suspects = _still_suspect((*evidence.suspects, *(r.probe for r in rnd.failed), *rnd.alarms), rnd)
         return move("suspect", why, replace(kept, suspects=suspects), suspects)

@@ -523,22 +523,28 @@ def make_client_factory(
     references = set(settings.references.values())
 
     def factory(endpoint: Endpoint) -> ProbeClient:
-        if endpoint.kind == "llamacpp" and (endpoint.id in references or endpoint.region == "local"):
-            return ProbeClient(endpoint, http, timeouts, budget, **{**hooks, "shape": uncached(shape)})
+        # The gateway's own engines are the supervised ones (only they have a readiness check).
+        ours = endpoint.id in references or endpoint.ready is not None
+        if endpoint.kind == "llamacpp" and ours:
+            client = ProbeClient(endpoint, http, timeouts, budget, **{**hooks, "shape": uncached(shape)})
+            client.fresh = True
+            return client
         return ProbeClient(endpoint, http, timeouts, budget, **hooks)
 
     return factory
 
 
 def uncached(shape: UserShape | None) -> UserShape:
-    """`shape`, and llama-server's `cache_prompt: false`: its T=0 logprobs of a prompt move with
-    the cached prefix it reuses (computed in another batch shape: up to 0.32 nats after long
-    prompts, bench/reference_cache_state.py), and an equality test against a reference must not
-    see the reference's own history. Only for references and the gateway's own engines, whose
-    traffic no provider sees; an audited provider gets its requests as a user's."""
+    """`shape`, and llama-server's `cache_prompt: false` on requests that read logprobs: its T=0
+    logprobs of a prompt move with the cached prefix it reuses (computed in another batch shape: up
+    to 0.32 nats after long prompts, bench/reference_cache_state.py), and an equality test must not
+    see the server's own history. Only there (a multi-turn agent eval re-evaluated in full at every
+    step would cost its prompt again and again), and only for references and the gateway's own
+    engines, whose traffic no provider sees: an audited provider gets its requests as a user's."""
 
     def fresh(op: str, body: dict[str, Any], endpoint: Endpoint) -> dict[str, Any]:
         own = shape(op, body, endpoint) if shape is not None else {}
-        return {**own, "cache_prompt": False} if op in ("chat", "completions") else own
+        reads_logprobs = bool(body.get("logprobs")) and op in ("chat", "completions")
+        return {**own, "cache_prompt": False} if reads_logprobs else own
 
     return fresh

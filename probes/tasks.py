@@ -49,13 +49,15 @@ async def within(aw: Awaitable[T], ends: float | None, *, grace: float) -> T:
     if task.done():
         return task.result()
     give_up = now() + grace
+    task.cancel()
     while not task.done() and now() < give_up:
-        task.cancel()
         try:
             await asyncio.wait([task], timeout=min(RECANCEL_S, max(0.0, give_up - now())))
         except asyncio.CancelledError:
             await cancel_all([task])
             raise
+        if not task.done():
+            task.cancel()  # dropped: again
     if not task.done():
         task.add_done_callback(_retrieve)
         raise OutOfTime(task)

@@ -156,7 +156,12 @@ class AgentProbe:
         demote = any(c["demote"] for c in comparisons.values())
         alpha = min(cfg.alpha, ctx.settings.health.confirm_alpha) if ctx.confirm else cfg.alpha
         verdict: Verdict = "fail" if demote or (p is not None and p <= alpha) else "pass" if p is not None else "inconclusive"
-        extra = {"reason": f"time ran out: {cut}; no baseline is frozen from part of the suite"} if cut else {}
+        extra: dict[str, Any] = {}
+        if cut:
+            # The tasks it reached are not the suite's mix the baselines hold: reported, not judged.
+            verdict, demote = "inconclusive", False
+            extra = {"reason": f"time ran out: {cut}; a part of the suite is neither judged against the "
+                               "baselines nor frozen as one", "out_of_time": True}
         outcome = Outcome(
             statistic=summary["pass_rate"], p_value=p, samples=summary["attempts"],
             reference_samples=comparisons["reference"]["attempts"] if "reference" in comparisons else None,

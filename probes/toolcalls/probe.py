@@ -174,6 +174,7 @@ class ToolCallProbe:
         run_details = {"dropped": dropped, "unanswered": mine.unanswered, "concurrency": mine.concurrency,
                        "latency_s": round(mine.latency, 3) if mine.latency is not None else None}
         if mine.out_of_time:
+            run_details["out_of_time"] = True
             run_details["reason"] = (
                 f"time ran out: {len(mine.outcomes)} of {len(cases)} cases answered within "
                 f"{asyncio.get_running_loop().time() - began:.0f} s "

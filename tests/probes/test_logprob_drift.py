@@ -295,3 +295,15 @@ def test_a_failure_rests_on_the_reference_alone_unless_the_golden_window_rejects
     assert grounds("fail", {"golden": Outcome(0.5, p_value=0.03), "reference": ref_bad}, 0.05) == "reference"
     assert grounds("fail", {"golden": golden_bad}, 0.05) == "self"
     assert grounds("pass", {"golden": golden_ok, "reference": Outcome(0.1, p_value=0.5)}, 0.05) == "self"
+
+
+async def test_a_window_of_fresh_evaluations_is_frozen_apart_from_cached_ones():
+    """A llama-server reference or engine asked with `cache_prompt: false` answers another series
+    than its cached answers, from which its golden window may have been frozen before: kept apart."""
+    baselines = MemoryBaselines()
+    await LogprobDrift().run(_ctx(ToyModel(), baselines=baselines, cap=5))
+    ctx = _ctx(ToyModel(), baselines=baselines, cap=5)
+    ctx.client.fresh = True
+    result = await LogprobDrift().run(ctx)
+    assert result.verdict == "inconclusive" and "frozen" in result.details["golden"]  # its own first window
+    assert await baselines.get("prov/m", "logprob_drift", "golden:k5:uncached") is not None

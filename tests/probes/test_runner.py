@@ -672,27 +672,35 @@ async def test_a_consistency_alarm_clears_when_the_re_run_repeats_no_prompt(monk
     assert health.state(A.id) == "healthy"
 
 
-async def test_a_llama_server_reference_evaluates_every_prompt_afresh() -> None:
+async def test_a_llama_server_reference_evaluates_logprob_prompts_afresh() -> None:
     """Its T=0 logprobs moved with the cached prefix it reused (tests/providers/test_llamacpp_quirks.py):
-    the references and the gateway's own engines get `cache_prompt: false`; an audited provider,
-    even one on llama-server, gets its requests as a user's (nothing in them marks a probe)."""
-    sent: dict[str, dict[str, Any]] = {}
+    the references and the gateway's own (supervised) engines get `cache_prompt: false` on requests
+    that read logprobs; an audited provider, even one on llama-server in a region called "local",
+    gets its requests as a user's (nothing in them marks a probe), and so does every request that
+    reads no logprobs (a multi-turn agent eval would pay its prompt again at every step)."""
+    sent: dict[tuple[str, bool], dict[str, Any]] = {}
     answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
               "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
 
     def upstream(request: Any) -> MockResponse:
-        sent[request.url] = orjson.loads(request.body)
+        body = orjson.loads(request.body)
+        sent[(request.url.split("//")[1].split(".")[0], bool(body.get("logprobs")))] = body
         return MockResponse(200, {"content-type": "application/json"}, orjson.dumps(answer))
 
-    def on(name: str, kind: str, region: str = "test") -> Endpoint:
-        ep = make_endpoint(f"{name}/m", base_url=f"http://{name}.test/v1", adapter=LlamaCppAdapter())
+    def on(name: str, kind: str, region: str = "test", ready: Any = None) -> Endpoint:
+        ep = make_endpoint(f"{name}/m", base_url=f"http://{name}.test/v1", adapter=LlamaCppAdapter(), ready=ready)
         return replace(ep, kind=kind, region=region)
 
     settings = ProbeSettings(references={"m": "ref/m"})
     factory = make_client_factory(MockHTTPClient(upstream), settings, ProbeBudget(requests_per_day=0, tokens_per_day=0,
                                                                                    clock=lambda: 0.0))
-    for ep in (on("ref", "llamacpp"), on("engine", "llamacpp", "local"), on("provider", "llamacpp"),
-               on("other", "openai")):
-        await factory(ep).chat({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1})
-    fresh = {url.split("//")[1].split(".")[0]: body.get("cache_prompt") for url, body in sent.items()}
-    assert fresh == {"ref": False, "engine": False, "provider": None, "other": None}
+    endpoints = (on("ref", "llamacpp"), on("engine", "llamacpp", "local", ready=lambda: True),
+                 on("provider", "llamacpp", "local"), on("other", "openai"))
+    for ep in endpoints:
+        client = factory(ep)
+        assert client.fresh == (ep.id in ("ref/m", "engine/m"))
+        for logprobs in (True, False):
+            await client.chat({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1, "logprobs": logprobs})
+    fresh = {key: body.get("cache_prompt") for key, body in sent.items()}
+    assert fresh == {("ref", True): False, ("ref", False): None, ("engine", True): False, ("engine", False): None,
+                     ("provider", True): None, ("provider", False): None, ("other", True): None, ("other", False): None}

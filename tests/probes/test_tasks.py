@@ -169,3 +169,22 @@ async def test_a_cancel_of_within_stops_its_task_first() -> None:
     with pytest.raises(asyncio.CancelledError):
         await outer
     assert await sender.sends_no_more()
+
+
+async def test_with_no_grace_the_task_is_still_cancelled_once() -> None:
+    cancels: list[int] = []
+    release = asyncio.Event()
+
+    async def notes_cancels() -> None:
+        while not release.is_set():
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                cancels.append(1)  # noted, and on it goes
+
+    with pytest.raises(OutOfTime) as raised:
+        await within(notes_cancels(), asyncio.get_running_loop().time() + 0.05, grace=0)
+    await asyncio.sleep(0.02)
+    assert cancels == [1] and raised.value.stray is not None
+    release.set()
+    await asyncio.wait([raised.value.stray], timeout=1)
