@@ -203,6 +203,17 @@ class FleetLedger:
 
         return await self._update(now, change)
 
+    async def would_admit(self, endpoint_id: str, results: Iterable[ProbeResult], *, now: float,
+                          slack: float = 1.0) -> bool:
+        """Whether `gate` would let this endpoint's demotion through once `results` are recorded,
+        their e-value times `slack` (room for results still to come): a read, nothing changes."""
+        data = await self._load(now)
+        demoted: dict[str, float] = data["demoted"]
+        if endpoint_id in demoted:
+            return True
+        e = min(E_CAP, data["e"].get(endpoint_id, 1.0) * audit_e(results, self.settings.kappa) * slack)
+        return self_consistent({**demoted, endpoint_id: e}, self.settings.alpha, self._n(data, extra=1))
+
     async def snapshot(self, *, now: float) -> dict[str, Any]:
         """The round's figures for the admin API and the dashboard."""
         data = await self._load(now)

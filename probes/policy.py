@@ -27,7 +27,7 @@ are counted as availability evidence.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from kernel.health import EndpointHealth, HealthState
@@ -281,6 +281,14 @@ def decide(
         suspects = ev.suspects or tuple(r.probe for r in rnd.quality)
         return move("suspect", "awaiting a confirmatory round", replace(ev, suspects=suspects), suspects)
     return move("healthy", f"clean round ({peak})", replace(ev, clean_rounds=ev.clean_rounds + 1))
+
+
+def settles_confirmation(r: ProbeResult, alarming: Collection[str]) -> bool:
+    """A confirmatory round's result after which no other result of the round can keep a healthy
+    or suspect endpoint from DEMOTED (`_confirmed`): an alarming probe's re-run (or a hard rule)
+    failing on the endpoint's own grounds is both the confirmation and the independent evidence a
+    demotion needs."""
+    return r.verdict == "fail" and r.grounds == "self" and (r.probe in alarming or r.effect == "demote")
 
 
 def _confirmed(

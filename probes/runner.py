@@ -34,7 +34,7 @@ from probes.consistency import UsageConsistency
 from probes.deadline import AuditClock
 from probes.evidence import EvidenceState, EvidenceStore
 from probes.fleet import FleetLedger
-from probes.policy import Decision, decide, score_for
+from probes.policy import Decision, decide, score_for, settles_confirmation
 from probes.registry import ProbeMissing, ProbeRegistry
 from probes.settings import ProbeSettings
 from probes.tasks import OutOfTime, within
@@ -233,7 +233,9 @@ class ProbeRunner:
                                 template=report.template, rendered=rendered)
         report.rounds.append(rnd)
         if rnd.decision.confirm and not confirm:
-            names = self.registry.confirmatory(rnd.decision.confirm_for)
+            # The probes that failed on the endpoint's own grounds first: each can settle the round alone.
+            own = {r.probe for r in rnd.results if r.verdict == "fail" and r.grounds == "self"}
+            names = sorted(self.registry.confirmatory(rnd.decision.confirm_for), key=lambda n: n not in own)
             emit({"event": "confirm", "endpoint": endpoint.id, "probes": names, "reason": rnd.decision.reason})
             rendered, decides = None, report.template
             if report.template is not None and ref is not None:
@@ -250,7 +252,8 @@ class ProbeRunner:
                         and again.reference != report.template.reference:
                     decides = again
             report.rounds.append(await self._round(endpoint, names, clock, trigger=trigger, confirm=True, emit=emit,
-                                                   template=decides, rendered=rendered))
+                                                   template=decides, rendered=rendered,
+                                                   alarming=rnd.decision.evidence.suspects))
         report.state = self.health.state(endpoint.id)
         emit({"event": "finished", **report.as_json()})
         return report
@@ -270,22 +273,30 @@ class ProbeRunner:
 
     async def _round(
         self, endpoint: Endpoint, probes: Sequence[str], clock: AuditClock, *, trigger: str, confirm: bool, emit: Emit,
-        template: TemplateCheck | None = None, rendered: ProbeResult | None = None,
+        template: TemplateCheck | None = None, rendered: ProbeResult | None = None, alarming: Sequence[str] = (),
     ) -> RoundReport:
         """One round: the probes, each within its share of the audit's time, the usage-consistency
-        check and the template result (`rendered`)."""
+        check and the template result (`rendered`). A confirmatory round ends early at a result
+        that settles it (`_settled`); the probes after it are reported skipped."""
         suite = ",".join(probes) + (" (confirm)" if confirm else "")
         at = self.wall()
         run_id = await self._db("start_run", lambda db: db.start_run(endpoint.id, suite, at=at, trigger=trigger))
         results = []
         traffic: list[tuple[str, int | None]] = []  # the endpoint's reported prompt_tokens, per prompt
         loop = asyncio.get_running_loop()
+        settled_by: str | None = None
         for i, name in enumerate(probes):
+            if settled_by is not None:
+                results.append(self._report(endpoint, ProbeResult(name, "inconclusive", 0, details={
+                    "skipped": f"the confirmatory round was settled by {settled_by}'s failure"}), confirm, emit))
+                continue
             emit({"event": "probe", "endpoint": endpoint.id, "probe": name, "confirm": confirm})
             ends = clock.probe_end(loop.time(), confirm=confirm, after=len(probes) - i - 1)
             result = await self.run_probe(endpoint, name, confirm=confirm, emit=emit, template=template,
                                           traffic=traffic, ends=ends)
             results.append(self._report(endpoint, result, confirm, emit))
+            if confirm and i < len(probes) - 1 and await self._settled(endpoint, results, result, alarming):
+                settled_by = name
         if self.settings.consistency.enabled:
             checked = await self._consistency(endpoint, traffic, confirm=confirm)
             if checked is not None:
@@ -313,6 +324,24 @@ class ProbeRunner:
                 "finish_run", lambda db: db.finish_run(run, verdict, at=now, tokens_spent=tokens, details=details)
             )
         return rnd
+
+    async def _settled(
+        self, endpoint: Endpoint, results: Sequence[ProbeResult], last: ProbeResult, alarming: Sequence[str]
+    ) -> bool:
+        """Whether a confirmatory round may stop at `last`: it settles the policy's decision for a
+        healthy or suspect endpoint (`probes.policy.settles_confirmation`), and the fleet's gate, if
+        any, would admit the demotion on the round's results so far with half their e-value (room
+        for the round's own checks still to come). Stopping there keeps the fleet's e-values valid
+        (a product of e-values stopped on what it has seen is one), and saves the rest of the round."""
+        health = self.health.get(endpoint.id)
+        if health.manual or health.state not in ("healthy", "suspect") or not settles_confirmation(last, alarming):
+            return False
+        if self.fleet is None or last.effect == "demote":  # a hard rule is not gated
+            return True
+        try:
+            return await self.fleet.would_admit(endpoint.id, results, now=self.wall(), slack=0.5)
+        except StoreUnavailable:
+            return False  # the round runs whole; the gate decides as ever
 
     def _report(self, endpoint: Endpoint, result: ProbeResult, confirm: bool, emit: Emit) -> ProbeResult:
         if self.metrics is not None:

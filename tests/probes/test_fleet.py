@@ -90,8 +90,10 @@ async def test_e_bh_over_the_round_s_proposed_demotions() -> None:
 
 
 async def test_the_runner_holds_back_a_demotion_the_fleet_does_not_admit() -> None:
-    """p = 0.001 per failing probe: the audit's product e = 15.8^3 * 0.71 = 2.8e3, enough for a
-    fleet of 10 (bar 100) and not for one of 100 000 (bar 1e6): then SUSPECT, with the reason."""
+    """p = 0.001 per failing probe. A fleet of 10 (bar 100): drift's confirmatory failure settles
+    the round, and its e = 15.8^2 = 250 clears the bar at half (125), so the round stops there
+    (distribution and fidelity skipped) and the demotion is admitted. A fleet of 100 000 (bar 1e6):
+    the round runs whole, e = 15.8^3 * 0.71 = 2.8e3, not enough: SUSPECT, with the reason."""
     for fleet, expected in ((10, "demoted"), (100_000, "suspect")):
         script = Script({"logprob_drift": ["fail"], "distribution": ["fail"]})
         runner, health, clock = make_runner(script)
@@ -104,7 +106,11 @@ async def test_the_runner_holds_back_a_demotion_the_fleet_does_not_admit() -> No
         assert f"e-BH at FDR 0.1 over {fleet} endpoints" in reason
         assert ("admits it" in reason) == (expected == "demoted")
         snap = await runner.fleet.snapshot(now=clock())
-        assert snap["endpoints"][0]["e_value"] == pytest.approx(calibrate(0.001, 0.5) ** 3 * calibrate(0.5, 0.5))
+        whole = calibrate(0.001, 0.5) ** 3 * calibrate(0.5, 0.5)
+        settled = calibrate(0.001, 0.5) ** 2
+        assert snap["endpoints"][0]["e_value"] == pytest.approx(settled if expected == "demoted" else whole)
+        skipped = [r.probe for r in report.rounds[-1].results if "skipped" in (r.details or {})]
+        assert skipped == (["distribution", "fidelity"] if expected == "demoted" else [])
 
 
 async def test_scheduled_windows_do_not_feed_the_round() -> None:
@@ -332,3 +338,16 @@ def test_the_calibrator_is_set_from_the_environment(value: str, kappa: float | N
 
     settings = load_config(environ={"GW_PROBES__FLEET__KAPPA": value}, probes={"fleet": {"kappa": 0.5}})
     assert settings.probes.fleet.kappa == kappa
+
+
+async def test_would_admit_reads_what_the_gate_would_say_and_changes_nothing() -> None:
+    clock = FakeClock()
+    ledger = FleetLedger(MemoryStore(clock), FleetSettings(alpha=0.1, kappa=0.5), lambda: 10, prefix="t-fleet-w:")
+    strong, weak = [res("fail", 1e-6)], [res("fail", 0.01)]  # e = 500 and 5 against a bar of 100
+    before = await ledger.snapshot(now=clock())
+    assert await ledger.would_admit("a", strong, now=clock())
+    assert not await ledger.would_admit("a", strong, now=clock(), slack=0.1)  # 50 < 100
+    assert not await ledger.would_admit("a", weak, now=clock())
+    assert await ledger.snapshot(now=clock()) == before
+    await ledger.record("a", strong, now=clock())
+    assert (await ledger.gate("a", now=clock())).allowed

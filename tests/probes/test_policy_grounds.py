@@ -4,12 +4,13 @@ window) it demotes, and the reason names both; the way back (PROBATION -> HEALTH
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 from kernel.health import EndpointHealth, HealthState
 from probes.base import Effect, Grounds, ProbeResult, Verdict
 from probes.evidence import EvidenceState
-from probes.policy import decide
+from probes.policy import decide, settles_confirmation
 from probes.settings import HealthSettings
 
 S = HealthSettings(demoted_min_seconds=3600, probation_seconds=7200, clean_windows=2, suspect_e=20, demote_e=720)
@@ -341,3 +342,23 @@ def test_a_confirmatory_round_whose_own_tests_ran_out_of_time_says_so() -> None:
     answered = decide(at("suspect"), suspect, [DRIFT_REF, FIDELITY_PASS], confirm=True, now=NOW, settings=HOLD,
                       trigger="manual")
     assert "ran out of time" not in answered.reason and answered.evidence.held_until == NOW + 3600
+
+
+def test_a_settling_result_demotes_whatever_the_rest_of_the_round_says() -> None:
+    """The runner stops a confirmatory round at a result that settles it: sound only if no other
+    result of the round could keep a healthy or suspect endpoint from DEMOTED."""
+    others = [FIDELITY_PASS, FIDELITY_FAIL, DRIFT_REF, DIST_REF, r("distribution", "pass", "confirm", p=0.5),
+              ProbeResult("toolcalls", "error", 0, errors=3, details={"error": "down"}),
+              ProbeResult("fidelity", "inconclusive", 0, details={"out_of_time": True})]
+    settling = [r("sentinels", "fail", "suspect", p=1e-30), r("toolcalls", "fail", "demote", p=0.5)]
+    alarming = ("sentinels", "logprob_drift")
+    for first in (DRIFT_REF, r("fidelity", "fail", p=0.01, grounds="reference"), FIDELITY_PASS):
+        assert not settles_confirmation(first, alarming)
+    for first, state in itertools.product(settling, ("healthy", "suspect")):
+        assert settles_confirmation(first, alarming)
+        for n in range(3):
+            for rest in itertools.combinations(others, n):
+                ev = EvidenceState({"sentinels": 10.5}, suspects=alarming)
+                for trigger in ("manual", "schedule"):
+                    d = decide(at(state), ev, [first, *rest], confirm=True, now=NOW, settings=S, trigger=trigger)
+                    assert d.to_state == "demoted", (first.probe, [x.probe for x in rest], d.reason)

@@ -178,10 +178,13 @@ async def test_a_failing_audit_is_confirmed_and_demotes() -> None:
     events: list[dict[str, Any]] = []
     report = await runner.run(A.id, ["logprob_drift"], trigger="manual", emit=events.append)
     assert [r.confirm for r in report.rounds] == [False, True]
-    # The alarming probe re-run fresh as a confirmatory test, plus the distribution test after drift
-    # and fidelity, a test of the endpoint against itself.
-    assert [(name, ctx.confirm) for name, ctx in script.seen] == [
-        ("logprob_drift", False), ("logprob_drift", True), ("distribution", True), ("fidelity", True)]
+    # The alarming probe re-run fresh as a confirmatory test; its failure on the endpoint's own
+    # grounds settles the round (no fleet gate here), so the distribution test and fidelity after
+    # it are not run, and say why.
+    assert [(name, ctx.confirm) for name, ctx in script.seen] == [("logprob_drift", False), ("logprob_drift", True)]
+    skipped = [r for r in report.rounds[1].results if "skipped" in (r.details or {})]
+    assert [r.probe for r in skipped] == ["distribution", "fidelity"]
+    assert all("settled by logprob_drift" in (r.details or {})["skipped"] for r in skipped)
     assert [(t.from_state, t.to_state) for t in persistence.transitions] == [("healthy", "suspect"), ("suspect", "demoted")]
     assert health.state(A.id) == "demoted" and health.get(A.id).score == 0.0 and report.degraded
     assert persistence.transitions[1].evidence is not None and persistence.transitions[1].evidence["run_id"] == 43
@@ -704,3 +707,15 @@ async def test_a_llama_server_reference_evaluates_logprob_prompts_afresh() -> No
     fresh = {key: body.get("cache_prompt") for key, body in sent.items()}
     assert fresh == {("ref", True): False, ("ref", False): None, ("engine", True): False, ("engine", False): None,
                      ("provider", True): None, ("provider", False): None, ("other", True): None, ("other", False): None}
+
+
+async def test_a_confirmatory_round_runs_the_own_grounds_failures_first_and_whole_when_unsettled() -> None:
+    """Drift failed against the reference, fidelity on the endpoint's own grounds: the confirmatory
+    round re-runs fidelity first (it alone can settle the round); when it passes, the round runs
+    on whole (drift's re-run against the reference settles nothing)."""
+    script = Script({"logprob_drift": ["fail"], "fidelity": ["fail", "pass"]}, grounds={"logprob_drift": "reference"})
+    runner, health, _ = make_runner(script)
+    report = await runner.run(A.id, ["logprob_drift", "fidelity"], trigger="manual")
+    assert [name for name, ctx in script.seen if ctx.confirm] == ["fidelity", "logprob_drift", "distribution"]
+    assert not any("skipped" in (r.details or {}) for r in report.rounds[1].results)
+    assert health.state(A.id) == "suspect"
