@@ -33,7 +33,7 @@ from probes.client import ProbeClient, ProbeUnavailable, UserHeaders, UserShape
 from probes.consistency import UsageConsistency
 from probes.deadline import AuditClock
 from probes.evidence import EvidenceState, EvidenceStore
-from probes.fleet import FleetLedger
+from probes.fleet import FleetLedger, audit_e
 from probes.policy import Decision, decide, score_for, settles_confirmation
 from probes.registry import ProbeMissing, ProbeRegistry
 from probes.settings import ProbeSettings
@@ -252,8 +252,7 @@ class ProbeRunner:
                         and again.reference != report.template.reference:
                     decides = again
             report.rounds.append(await self._round(endpoint, names, clock, trigger=trigger, confirm=True, emit=emit,
-                                                   template=decides, rendered=rendered,
-                                                   alarming=rnd.decision.evidence.suspects))
+                                                   template=decides, rendered=rendered))
         report.state = self.health.state(endpoint.id)
         emit({"event": "finished", **report.as_json()})
         return report
@@ -273,11 +272,12 @@ class ProbeRunner:
 
     async def _round(
         self, endpoint: Endpoint, probes: Sequence[str], clock: AuditClock, *, trigger: str, confirm: bool, emit: Emit,
-        template: TemplateCheck | None = None, rendered: ProbeResult | None = None, alarming: Sequence[str] = (),
+        template: TemplateCheck | None = None, rendered: ProbeResult | None = None,
     ) -> RoundReport:
         """One round: the probes, each within its share of the audit's time, the usage-consistency
         check and the template result (`rendered`). A confirmatory round ends early at a result
-        that settles it (`_settled`); the probes after it are reported skipped."""
+        that settles it (`_settled`); the probes after it are reported unrun (`settled_by`: no
+        verdict, so an alarm among them that the round did not demote on stays open)."""
         suite = ",".join(probes) + (" (confirm)" if confirm else "")
         at = self.wall()
         run_id = await self._db("start_run", lambda db: db.start_run(endpoint.id, suite, at=at, trigger=trigger))
@@ -288,14 +288,15 @@ class ProbeRunner:
         for i, name in enumerate(probes):
             if settled_by is not None:
                 results.append(self._report(endpoint, ProbeResult(name, "inconclusive", 0, details={
-                    "skipped": f"the confirmatory round was settled by {settled_by}'s failure"}), confirm, emit))
+                    "settled_by": settled_by,
+                    "reason": f"not run: the confirmatory round was settled by {settled_by}'s failure"}), confirm, emit))
                 continue
             emit({"event": "probe", "endpoint": endpoint.id, "probe": name, "confirm": confirm})
             ends = clock.probe_end(loop.time(), confirm=confirm, after=len(probes) - i - 1)
             result = await self.run_probe(endpoint, name, confirm=confirm, emit=emit, template=template,
                                           traffic=traffic, ends=ends)
             results.append(self._report(endpoint, result, confirm, emit))
-            if confirm and i < len(probes) - 1 and await self._settled(endpoint, results, result, alarming):
+            if confirm and i < len(probes) - 1 and await self._settled(endpoint, results, result):
                 settled_by = name
         if self.settings.consistency.enabled:
             checked = await self._consistency(endpoint, traffic, confirm=confirm)
@@ -325,23 +326,33 @@ class ProbeRunner:
             )
         return rnd
 
-    async def _settled(
-        self, endpoint: Endpoint, results: Sequence[ProbeResult], last: ProbeResult, alarming: Sequence[str]
-    ) -> bool:
+    async def _settled(self, endpoint: Endpoint, results: Sequence[ProbeResult], last: ProbeResult) -> bool:
         """Whether a confirmatory round may stop at `last`: it settles the policy's decision for a
-        healthy or suspect endpoint (`probes.policy.settles_confirmation`), and the fleet's gate, if
-        any, would admit the demotion on the round's results so far with half their e-value (room
-        for the round's own checks still to come). Stopping there keeps the fleet's e-values valid
-        (a product of e-values stopped on what it has seen is one), and saves the rest of the round."""
+        healthy or suspect endpoint (`probes.policy.settles_confirmation`, with the alarming probes
+        the decision will read from the evidence store), and the fleet's gate, if any, would admit
+        the demotion on the round's results so far times the least the round's own checks still to
+        come can multiply them by. Stopping there keeps the fleet's e-values valid (a product of
+        e-values stopped on what it has seen is one) and saves the rest of the round."""
         health = self.health.get(endpoint.id)
-        if health.manual or health.state not in ("healthy", "suspect") or not settles_confirmation(last, alarming):
+        if health.manual or health.state not in ("healthy", "suspect"):
+            return False
+        try:
+            evidence = await self.evidence.get(endpoint.id)
+        except (StoreUnavailable, ValueError):
+            return False  # the round runs whole
+        alarming = set(evidence.suspects) or {r.probe for r in results if r.verdict == "fail"}
+        if not settles_confirmation(last, alarming):
             return False
         if self.fleet is None or last.effect == "demote":  # a hard rule is not gated
             return True
+        # The usage-consistency check passing at p = 1 is the most the checks after the probes can take off.
+        still = [ProbeResult("consistency", "pass", 0, p_value=1.0,
+                             details={"fleet_weight": self.settings.consistency.fleet_weight})]
+        slack = audit_e(still if self.settings.consistency.enabled else [], self.fleet.settings.kappa)
         try:
-            return await self.fleet.would_admit(endpoint.id, results, now=self.wall(), slack=0.5)
-        except StoreUnavailable:
-            return False  # the round runs whole; the gate decides as ever
+            return await self.fleet.would_admit(endpoint.id, results, now=self.wall(), slack=slack)
+        except (StoreUnavailable, ValueError):
+            return False
 
     def _report(self, endpoint: Endpoint, result: ProbeResult, confirm: bool, emit: Emit) -> ProbeResult:
         if self.metrics is not None:

@@ -14,7 +14,7 @@ from gateway.state_store.memory import MemoryStore
 from gateway.state_store.redis import RedisStore
 from probes.base import ProbeResult
 from probes.fleet import E_CAP, FleetLedger, audit_e, result_e
-from probes.settings import FleetSettings
+from probes.settings import ConsistencySettings, FleetSettings
 from probes.stats.evalues import calibrate
 from tests.fakes.clock import FakeClock
 from tests.gateway.state_store.redis_helpers import REDIS_URL, delete_prefix, redis_available, unique_prefix
@@ -109,7 +109,7 @@ async def test_the_runner_holds_back_a_demotion_the_fleet_does_not_admit() -> No
         whole = calibrate(0.001, 0.5) ** 3 * calibrate(0.5, 0.5)
         settled = calibrate(0.001, 0.5) ** 2
         assert snap["endpoints"][0]["e_value"] == pytest.approx(settled if expected == "demoted" else whole)
-        skipped = [r.probe for r in report.rounds[-1].results if "skipped" in (r.details or {})]
+        skipped = [r.probe for r in report.rounds[-1].results if "settled_by" in (r.details or {})]
         assert skipped == (["distribution", "fidelity"] if expected == "demoted" else [])
 
 
@@ -351,3 +351,15 @@ async def test_would_admit_reads_what_the_gate_would_say_and_changes_nothing() -
     assert await ledger.snapshot(now=clock()) == before
     await ledger.record("a", strong, now=clock())
     assert (await ledger.gate("a", now=clock())).allowed
+
+
+async def test_a_round_is_not_cut_short_when_its_own_checks_could_still_lower_the_e_value_below_the_bar() -> None:
+    """With the usage-consistency check staking its whole e-value (fleet_weight 1) and kappa 0.1, a
+    pass of it multiplies the round's e by 0.1: a fixed allowance of one half let a round stop that
+    the gate then held (SUSPECT) where the whole round demoted."""
+    script = Script({"logprob_drift": ["fail"], "distribution": ["fail"]})
+    runner, health, clock = make_runner(script, sends=2, consistency=ConsistencySettings(fleet_weight=1.0))
+    runner.fleet = FleetLedger(MemoryStore(clock), FleetSettings(alpha=0.1, kappa=0.1), lambda: 10, prefix="t-fleet-k:")
+    report = await runner.run(A.id, ["logprob_drift"], trigger="manual")
+    assert not any("settled_by" in (r.details or {}) for r in report.rounds[-1].results)
+    assert health.state(A.id) == "demoted", report.rounds[-1].decision.reason

@@ -362,3 +362,13 @@ def test_a_settling_result_demotes_whatever_the_rest_of_the_round_says() -> None
                 for trigger in ("manual", "schedule"):
                     d = decide(at(state), ev, [first, *rest], confirm=True, now=NOW, settings=S, trigger=trigger)
                     assert d.to_state == "demoted", (first.probe, [x.probe for x in rest], d.reason)
+
+
+def test_an_alarm_whose_re_run_a_settled_round_left_unrun_stays_open() -> None:
+    """The runner's unrun probes are no verdict, not "not applicable": if the round's decision does
+    not demote after all (its stored alarm was another probe), that alarm is awaited, not cleared."""
+    unrun = ProbeResult("distribution", "inconclusive", 0, details={"settled_by": "logprob_drift", "reason": "not run"})
+    ev = EvidenceState({"distribution": 10.5}, suspects=("distribution",))
+    d = decide(at("suspect"), ev, [r("logprob_drift", "pass", p=0.5), unrun], confirm=True, now=NOW, settings=S,
+               trigger="manual")
+    assert d.to_state is None and "awaiting a confirmatory verdict from distribution" in d.reason, d.reason

@@ -182,9 +182,9 @@ async def test_a_failing_audit_is_confirmed_and_demotes() -> None:
     # grounds settles the round (no fleet gate here), so the distribution test and fidelity after
     # it are not run, and say why.
     assert [(name, ctx.confirm) for name, ctx in script.seen] == [("logprob_drift", False), ("logprob_drift", True)]
-    skipped = [r for r in report.rounds[1].results if "skipped" in (r.details or {})]
+    skipped = [r for r in report.rounds[1].results if "settled_by" in (r.details or {})]
     assert [r.probe for r in skipped] == ["distribution", "fidelity"]
-    assert all("settled by logprob_drift" in (r.details or {})["skipped"] for r in skipped)
+    assert all(r.verdict == "inconclusive" and (r.details or {})["settled_by"] == "logprob_drift" for r in skipped)
     assert [(t.from_state, t.to_state) for t in persistence.transitions] == [("healthy", "suspect"), ("suspect", "demoted")]
     assert health.state(A.id) == "demoted" and health.get(A.id).score == 0.0 and report.degraded
     assert persistence.transitions[1].evidence is not None and persistence.transitions[1].evidence["run_id"] == 43
@@ -717,5 +717,5 @@ async def test_a_confirmatory_round_runs_the_own_grounds_failures_first_and_whol
     runner, health, _ = make_runner(script)
     report = await runner.run(A.id, ["logprob_drift", "fidelity"], trigger="manual")
     assert [name for name, ctx in script.seen if ctx.confirm] == ["fidelity", "logprob_drift", "distribution"]
-    assert not any("skipped" in (r.details or {}) for r in report.rounds[1].results)
+    assert not any("settled_by" in (r.details or {}) for r in report.rounds[1].results)
     assert health.state(A.id) == "suspect"
