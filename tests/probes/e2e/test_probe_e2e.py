@@ -103,14 +103,14 @@ def test_substituted_model_is_caught_against_the_reference(gwctl: Gwctl, testbed
     by_probe = {(r["probe"], r["confirm"]): r for r in run["results"]}
     # The other model's tokenizer and template count the audit-start messages differently: the
     # audit says so and judges the endpoint on its own history. Drift against its golden window
-    # rejects in the confirmatory round; the distribution test, without a reference, has no pool of
-    # this endpoint's yet and freezes one (so a model substituted before an endpoint's first audit
-    # is not caught by these two: that needs the calibrated reference comparison).
+    # rejects in the confirmatory round, on the endpoint's own grounds, which settles the round
+    # (the fleet's gate admits it at once): the distribution test and fidelity are not run.
     assert run["template"]["status"] == "differs"
     drift = by_probe[("logprob_drift", True)]["details"]
     assert drift["comparisons"]["golden"]["p_value"] <= 0.01 and "template differs" in drift["reference_skipped"]
-    distribution = by_probe[("distribution", True)]
-    assert (distribution["verdict"], distribution["details"]["comparison"]) == ("inconclusive", "self")
+    for unrun in ("distribution", "fidelity"):
+        result = by_probe[(unrun, True)]
+        assert (result["verdict"], result["details"]["settled_by"]) == ("inconclusive", "logprob_drift")
     assert gwctl.filtered("smollm2")[TARGET] == "health_demoted"
     gwctl.recover(testbed, TARGET, "tb-target", "logprob_drift")
 
