@@ -84,11 +84,12 @@ class ProbeClient:
         self, endpoint: Endpoint, http: HTTPClient, timeouts: Timeouts, budget: ProbeBudget,
         shape: UserShape = _as_sent,
         headers: UserHeaders = _no_headers,
+        fresh: bool = False,
     ) -> None:
         self.endpoint = endpoint
         # True where the server is asked to evaluate logprob-reading prompts afresh (no prompt cache):
         # its windows are another series than a cached one (probes.logprob_drift keys them apart).
-        self.fresh = False
+        self.fresh = fresh
         self._shape = shape
         self._headers = headers
         self._http = http

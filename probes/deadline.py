@@ -17,7 +17,6 @@ from probes.settings import AuditSettings
 
 @dataclass(frozen=True, slots=True)
 class AuditClock:
-    started: float
     ends: float
     first_round_ends: float
     keep_seconds: float
@@ -25,7 +24,7 @@ class AuditClock:
     @classmethod
     def start(cls, now: float, settings: AuditSettings) -> AuditClock:
         ends = now + settings.seconds
-        return cls(now, ends, ends - settings.seconds * settings.confirm_share, settings.keep_seconds)
+        return cls(ends, ends - settings.seconds * settings.confirm_share, settings.keep_seconds)
 
     def round_end(self, *, confirm: bool) -> float:
         return self.ends if confirm else self.first_round_ends
@@ -35,10 +34,6 @@ class AuditClock:
         left = max(0.0, self.round_end(confirm=confirm) - now)
         kept = min(self.keep_seconds * after, left * after / (after + 1))
         return now + left - kept
-
-    @staticmethod
-    def left(end: float, *, now: float) -> float:
-        return max(0.0, end - now)
 
 
 SPARE_S = 5.0  # a probe stops this long (at most a tenth of its time left) before the runner would stop it

@@ -189,9 +189,8 @@ class FleetLedger:
             again = endpoint_id in demoted
             candidates = demoted if again else {**demoted, endpoint_id: e}
             n = self._n(data, extra=1)
-            # Already demoted this round (and back on probation): the rejection stands as admitted, even
-            # if n grew since; an endpoint is demoted or held, never both.
-            allowed = again or self_consistent(candidates, self.settings.alpha, n)
+            allowed = self._admits(data, endpoint_id, e)
+            # An endpoint is demoted or held, never both.
             data["proposed"] = list(dict.fromkeys([*data["proposed"], endpoint_id]))
             data["held"] = [ep for ep in data["held"] if ep != endpoint_id]
             if allowed:
@@ -208,11 +207,15 @@ class FleetLedger:
         """Whether `gate` would let this endpoint's demotion through once `results` are recorded,
         their e-value times `slack` (room for results still to come): a read, nothing changes."""
         data = await self._load(now)
-        demoted: dict[str, float] = data["demoted"]
-        if endpoint_id in demoted:
-            return True
         e = min(E_CAP, data["e"].get(endpoint_id, 1.0) * audit_e(results, self.settings.kappa) * slack)
-        return self_consistent({**demoted, endpoint_id: e}, self.settings.alpha, self._n(data, extra=1))
+        return self._admits(data, endpoint_id, e)
+
+    def _admits(self, data: Mapping[str, Any], endpoint_id: str, e: float) -> bool:
+        """e-BH over the round's demotions with this endpoint at `e` added. Already demoted this round
+        (and back on probation): the rejection stands as admitted, even if n grew since."""
+        demoted: dict[str, float] = data["demoted"]
+        return endpoint_id in demoted or self_consistent({**demoted, endpoint_id: e}, self.settings.alpha,
+                                                         self._n(data, extra=1))
 
     async def snapshot(self, *, now: float) -> dict[str, Any]:
         """The round's figures for the admin API and the dashboard."""

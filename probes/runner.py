@@ -566,9 +566,7 @@ def make_client_factory(
         # The gateway's own engines are the supervised ones (only they have a readiness check).
         ours = endpoint.id in references or endpoint.ready is not None
         if endpoint.kind == "llamacpp" and ours:
-            client = ProbeClient(endpoint, http, timeouts, budget, **{**hooks, "shape": uncached(shape)})
-            client.fresh = True
-            return client
+            return ProbeClient(endpoint, http, timeouts, budget, **{**hooks, "shape": uncached(shape)}, fresh=True)
         return ProbeClient(endpoint, http, timeouts, budget, **hooks)
 
     return factory

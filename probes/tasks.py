@@ -48,24 +48,13 @@ async def within(aw: Awaitable[T], ends: float | None, *, grace: float) -> T:
         raise
     if task.done():
         return task.result()
-    give_up = now() + grace
-    task.cancel()
-    while not task.done() and now() < give_up:
-        try:
-            await asyncio.wait([task], timeout=min(RECANCEL_S, max(0.0, give_up - now())))
-        except asyncio.CancelledError:
-            await cancel_all([task])
-            raise
-        if not task.done():
-            task.cancel()  # dropped: again
-    if not task.done():
-        task.add_done_callback(_retrieve)
+    if running := await cancel_all([task], limit=grace):
+        running[0].add_done_callback(_retrieve)
         raise OutOfTime(task)
-    _retrieve(task)
     raise OutOfTime()
 
 
-def _retrieve(task: asyncio.Task[Any]) -> None:
+def _retrieve(task: asyncio.Future[Any]) -> None:
     """A stopped task's own failure: logged, not left to the loop's 'never retrieved'."""
     if not task.cancelled() and (exc := task.exception()) is not None:
         log.warning("probes: a task failed while it was stopped", exc_info=exc)
@@ -80,13 +69,16 @@ async def gather_or_cancel(*aws: Awaitable[Any]) -> list[Any]:
         raise
 
 
-async def cancel_all(tasks: Sequence[asyncio.Future[Any]]) -> None:
+async def cancel_all(tasks: Sequence[asyncio.Future[Any]], *, limit: float | None = None) -> list[asyncio.Future[Any]]:
     """Cancel these tasks and wait until each has finished. The cancel is repeated every RECANCEL_S
     while one runs on (a library may drop one: `kernel.tasks.cancel_and_wait`), also while this
     wait is itself cancelled again and again (as `cancel_and_wait` does to a stopping probe), and a
     cancel of this wait is raised only once they have all finished, so none is left sending behind
-    the caller. Their own failures are logged here, not raised or left to the loop."""
+    the caller. With a `limit` (seconds) and no cancel of this wait, it stops waiting then and
+    returns the tasks still running (the caller's to keep). Their own failures are logged here, not
+    raised or left to the loop."""
     loop = asyncio.get_running_loop()
+    give_up = None if limit is None else loop.time() + limit
     interrupted = False
     cancelled_at: float | None = None
     while pending := [t for t in tasks if not t.done()]:
@@ -94,12 +86,16 @@ async def cancel_all(tasks: Sequence[asyncio.Future[Any]]) -> None:
             for task in pending:  # the first cancel, or one repeated: its cancel was dropped
                 task.cancel()
             cancelled_at = loop.time()
+        if give_up is not None and not interrupted and loop.time() >= give_up:
+            break  # cancelled at least once
+        wait = RECANCEL_S if give_up is None or interrupted else min(RECANCEL_S, max(0.0, give_up - loop.time()))
         try:
-            await asyncio.wait(pending, timeout=RECANCEL_S)
+            await asyncio.wait(pending, timeout=wait)
         except asyncio.CancelledError:
             interrupted = True
     for task in tasks:
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            log.warning("probes: a task failed while it was stopped", exc_info=exc)
+        if task.done():
+            _retrieve(task)
     if interrupted:
         raise asyncio.CancelledError
+    return [t for t in tasks if not t.done()]
