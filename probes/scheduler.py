@@ -4,8 +4,10 @@ shared state store so that with several gateway replicas each scheduled run happ
 
 The lease is held for most of the interval and not released after the run: another replica whose
 own schedule comes due meanwhile finds it taken and skips; the holder renews it at its next run;
-if the holder dies the lease expires and another replica takes over. Clock, sleep and RNG are
-injected. Nothing a run does (an unreachable endpoint, a store outage, a probe's bug) stops the loop.
+if the holder dies the lease expires and another replica takes over. A run that outlasts the lease
+(an audit may take `probes.audit.seconds`) renews it while it runs, so the lease itself stays
+sized by the interval: a replica restarted under a new name waits no longer for it. Clock, sleep
+and RNG are injected. Nothing a run does (an unreachable endpoint, a store outage, a probe's bug) stops the loop.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ class Lease(Protocol):
 
 
 Job = tuple[str, str]  # (probe, endpoint id)
+
+
+def lease_key(job: Job) -> str:
+    return f"probe:{job[0]}:{job[1]}"
 
 
 class ProbeScheduler:
@@ -91,14 +97,40 @@ class ProbeScheduler:
     def due(self, now: float) -> list[Job]:
         return sorted((job for job, at in self.next_run.items() if at <= now), key=lambda j: self.next_run[j])
 
+    def _hold(self, job: Job) -> float:
+        return self.settings.lease_for(self.interval(*job))
+
     async def _take(self, job: Job) -> bool:
         probe, endpoint_id = job
-        hold = self.settings.lease_for(self.interval(probe, endpoint_id))
         try:
-            return await self.lease.lease_acquire(f"probe:{probe}:{endpoint_id}", self.owner, hold)
+            return await self.lease.lease_acquire(lease_key(job), self.owner, self._hold(job))
         except StoreUnavailable as exc:  # better a duplicate run than none
             log.warning("probes: lease store unavailable (%s); running %s on %s anyway", exc, probe, endpoint_id)
             return True
+
+    async def _run(self, job: Job) -> None:
+        """The job's run, its lease renewed while it lasts (cancelled with it)."""
+        probe, endpoint_id = job
+        renewing = asyncio.get_running_loop().create_task(self._renew(job), name=f"lease-{probe}-{endpoint_id}")
+        try:
+            await self.runner.run(endpoint_id, [probe], trigger="schedule")
+        finally:
+            await cancel_and_wait(renewing)
+
+    async def _renew(self, job: Job) -> None:
+        # A third of the hold apart: two renewals may be late (a busy loop, a slow store) before it lapses.
+        hold = self._hold(job)
+        while True:
+            await self.sleep(hold / 3)
+            try:
+                if not await self.lease.lease_acquire(lease_key(job), self.owner, hold):
+                    log.warning("probes: the lease of %s on %s lapsed during its run and another replica took it",
+                                *job)  # fmt: skip
+                    return
+            except StoreUnavailable as exc:  # as at the start: the run goes on, the next renewal retries
+                log.warning("probes: lease store unavailable (%s); %s on %s runs on", exc, *job)
+            except Exception:  # a store's bug must not end the run it guards
+                log.exception("probes: renewing the lease of %s on %s failed", *job)
 
     async def tick(self) -> int:
         """Run every job that is due; returns how many ran here."""
@@ -108,7 +140,7 @@ class ProbeScheduler:
             if await self._take(job):
                 self.beat.ok()  # the pause before the job is not part of it: its age is the job's alone
                 try:
-                    await self.runner.run(endpoint_id, [probe], trigger="schedule")
+                    await self._run(job)
                     ran += 1
                 except Exception:
                     self.failures += 1

@@ -191,7 +191,7 @@ AUDIT_MARGIN_S = 120.0
 class AuditSettings(Frozen):
     """How long one audit (its rounds, template checks and probes) may take (probes.deadline): a
     safety net, so that no probe holds the scheduler (or an operator's `gwctl probe`) for good. A
-    scheduled run's lease and the scheduler's liveness limit are sized to outlast it."""
+    scheduled run renews its lease while it lasts; the scheduler's liveness limit outlasts it."""
 
     seconds: float = Field(1800.0, gt=0)
     # Kept for each probe still to run in the round, so one slow probe cannot starve the rest.
@@ -241,6 +241,6 @@ class ProbeSettings(Frozen):
     audit: AuditSettings = AuditSettings()
 
     def lease_for(self, interval: float) -> float:
-        """Seconds a replica holds the lease of a scheduled run due every `interval` (probes.scheduler):
-        never less than an audit may take, so no other replica starts the same one meanwhile."""
-        return max(self.lease_seconds, interval * (1.0 - self.jitter) * 0.95, self.audit.seconds + AUDIT_MARGIN_S)
+        """Seconds a replica holds the lease of a scheduled run due every `interval` (probes.scheduler),
+        renewed while the run lasts: most of the interval, so no other replica starts it meanwhile."""
+        return max(self.lease_seconds, interval * (1.0 - self.jitter) * 0.95)

@@ -9,6 +9,7 @@ import random
 from typing import Any
 
 from gateway.health_states import HealthStates
+from gateway.state_store import StoreUnavailable
 from gateway.state_store.memory import MemoryStore
 from probes.registry import ProbeRegistry
 from probes.scheduler import Lease, ProbeScheduler
@@ -115,6 +116,124 @@ async def test_two_replicas_run_each_job_once() -> None:
     assert all(b - a >= 3600 * 0.9 * 0.95 - 60 for a, b in zip(drift_a, drift_a[1:]))
     assert s1.skipped + s2.skipped >= 40
 
+
+class Timeline:
+    """A clock moved by hand whose sleeps wait until it has moved past them (a run and the lease's
+    renewal interleave as on a real loop)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.waiting: list[tuple[float, asyncio.Future[None]]] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiting.append((self.now + seconds, woken))
+        await woken
+
+    async def advance(self, seconds: float) -> None:
+        self.now += seconds
+        for at, woken in [w for w in self.waiting if w[0] <= self.now]:
+            self.waiting.remove((at, woken))
+            if not woken.done():
+                woken.set_result(None)
+        for _ in range(10):
+            await asyncio.sleep(0)
+
+
+class HeldRunner(FakeRunner):
+    """Each run lasts until the test lets it end."""
+
+    def __init__(self, clock: Any) -> None:
+        super().__init__(clock)
+        self.release = asyncio.Event()
+
+    async def run(self, endpoint_id: str, probes: list[str], *, trigger: str = "schedule", **kw: Any) -> None:
+        await super().run(endpoint_id, probes, trigger=trigger)
+        await self.release.wait()
+
+
+SHORT = ProbeSettings(intervals={"logprob_drift": 1200.0}, jitter=0.1, lease_seconds=900.0,
+                      audit=AuditSettings(seconds=1800.0))
+
+
+async def test_a_restarted_replica_takes_over_a_job_within_its_lease_not_the_audit_bound() -> None:
+    """A replica restarts under a new name: the lease its old self took for a 20-minute job keeps
+    the job from running until it expires. It was held as long as an audit may take (1,920 s with
+    the defaults) where 0.855 of the interval (1,026 s) kept the replicas apart before."""
+    clock = FakeClock()
+    store = MemoryStore(clock)
+    old = ProbeScheduler(FakeRunner(clock), SHORT, HealthStates(), store, endpoints=["a"], owner="host:1",  # type: ignore[arg-type]
+                         clock=clock, sleep=clock.sleep, rng=random.Random(0))
+    clock.advance(1200)
+    assert await old.tick() == 1
+    taken = clock()
+    runner = FakeRunner(clock)
+    new = ProbeScheduler(runner, SHORT, HealthStates(), store, endpoints=["a"], owner="host:2",  # type: ignore[arg-type]
+                         clock=clock, sleep=clock.sleep, rng=random.Random(1))
+    new.next_run = {job: clock() for job in new.next_run}  # due at once, and retried every 60 s
+    while not runner.calls:
+        await new.tick()
+        for job in new.next_run:
+            new.next_run[job] = min(new.next_run[job], clock() + 60)
+        clock.advance(60)
+    assert runner.calls[0][0] - taken <= 1200 * 0.9 * 0.95 + 60
+
+
+async def test_the_lease_is_renewed_while_a_run_outlasts_it() -> None:
+    """No other replica starts the same job while it runs, however long it runs (up to the audit's
+    bound, 1,800 s by default, twice this job's lease)."""
+    timeline = Timeline()
+    store = MemoryStore(timeline)
+    runner = HeldRunner(timeline)
+    sched = ProbeScheduler(runner, SHORT, HealthStates(), store, endpoints=["a"], owner="r1",  # type: ignore[arg-type]
+                           clock=timeline, sleep=timeline.sleep, rng=random.Random(0))
+    await timeline.advance(1200)
+    ticking = asyncio.create_task(sched.tick())
+    await timeline.advance(0)
+    assert len(runner.calls) == 1
+    hold = SHORT.lease_for(1200)
+    for _ in range(int(2.5 * hold / 30)):  # the run lasts 2.5 leases
+        await timeline.advance(30)
+        assert not await store.lease_acquire("probe:logprob_drift:a", "r2", hold)
+    runner.release.set()
+    assert await asyncio.wait_for(ticking, 5) == 1
+    # The renewal stopped with the run: the lease lapses within one hold of the run's end.
+    await timeline.advance(hold + 1)
+    assert await store.lease_acquire("probe:logprob_drift:a", "r2", hold)
+    assert all(woken.done() for _, woken in timeline.waiting)  # nothing of the run left sleeping
+
+
+
+async def test_a_store_that_fails_to_renew_does_not_end_the_run() -> None:
+    timeline = Timeline()
+    store = MemoryStore(timeline)
+    calls = 0
+    take = store.lease_acquire
+
+    async def flaky(key: str, owner: str, ttl_s: float) -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise StoreUnavailable("redis: connection refused")
+        if calls == 3:
+            raise RuntimeError("a store's bug")
+        return await take(key, owner, ttl_s)
+
+    store.lease_acquire = flaky  # type: ignore[method-assign]
+    runner = HeldRunner(timeline)
+    sched = ProbeScheduler(runner, SHORT, HealthStates(), store, endpoints=["a"], owner="r1",  # type: ignore[arg-type]
+                           clock=timeline, sleep=timeline.sleep, rng=random.Random(0))
+    await timeline.advance(1200)
+    ticking = asyncio.create_task(sched.tick())
+    await timeline.advance(0)
+    for _ in range(4):
+        await timeline.advance(SHORT.lease_for(1200) / 3)
+    assert calls == 5 and not ticking.done()  # renewed again after both failures
+    runner.release.set()
+    assert await asyncio.wait_for(ticking, 5) == 1 and sched.failures == 0
 
 # -- where it runs: the gateway's lifespan and `gwctl worker` ---------------------------------
 
