@@ -6,8 +6,10 @@ The lease is held for most of the interval and not released after the run: anoth
 own schedule comes due meanwhile finds it taken and skips; the holder renews it at its next run;
 if the holder dies the lease expires and another replica takes over. A run that outlasts the lease
 (an audit may take `probes.audit.seconds`) renews it while it runs, so the lease itself stays
-sized by the interval: a replica restarted under a new name waits no longer for it. Clock, sleep
-and RNG are injected. Nothing a run does (an unreachable endpoint, a store outage, a probe's bug) stops the loop.
+sized by the interval: a replica restarted under a new name waits no longer for it. A store outage
+longer than two thirds of the lease lets it lapse during a run (as one at the start lets the run go
+ahead without it): better a duplicate run than none. Clock, sleep and RNG are injected; the sleep
+must suspend (the renewal loops on it). Nothing a run does (an unreachable endpoint, a store outage, a probe's bug) stops the loop.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ log = logging.getLogger("gateway.probes")
 MAX_SLEEP = 60.0  # wake at least this often (a catalog or state change is picked up by then)
 # No progress (a job done, a round ended) for this long: the scheduler is stuck (/readyz says so).
 SCHEDULER_LIMIT_S = 900.0
+RENEW_RETRY_S = 10.0  # how soon a lease renewal the store failed is tried again
 
 
 def scheduler_limit_s(settings: ProbeSettings) -> float:
@@ -97,50 +100,66 @@ class ProbeScheduler:
     def due(self, now: float) -> list[Job]:
         return sorted((job for job, at in self.next_run.items() if at <= now), key=lambda j: self.next_run[j])
 
-    def _hold(self, job: Job) -> float:
-        return self.settings.lease_for(self.interval(*job))
-
-    async def _take(self, job: Job) -> bool:
+    async def _take(self, job: Job, hold: float) -> bool:
         probe, endpoint_id = job
         try:
-            return await self.lease.lease_acquire(lease_key(job), self.owner, self._hold(job))
+            return await self.lease.lease_acquire(lease_key(job), self.owner, hold)
         except StoreUnavailable as exc:  # better a duplicate run than none
             log.warning("probes: lease store unavailable (%s); running %s on %s anyway", exc, probe, endpoint_id)
             return True
 
-    async def _run(self, job: Job) -> None:
-        """The job's run, its lease renewed while it lasts (cancelled with it)."""
+    async def _run(self, job: Job, hold: float) -> None:
+        """The job's run, its lease renewed while it lasts."""
         probe, endpoint_id = job
-        renewing = asyncio.get_running_loop().create_task(self._renew(job), name=f"lease-{probe}-{endpoint_id}")
+        stop = asyncio.Event()  # ends the renewal even where a store call drops its cancellation
+        renewing = asyncio.get_running_loop().create_task(
+            self._renew(job, hold, stop), name=f"lease-{probe}-{endpoint_id}"
+        )
         try:
             await self.runner.run(endpoint_id, [probe], trigger="schedule")
         finally:
-            await cancel_and_wait(renewing)
-
-    async def _renew(self, job: Job) -> None:
-        # A third of the hold apart: two renewals may be late (a busy loop, a slow store) before it lapses.
-        hold = self._hold(job)
-        while True:
-            await self.sleep(hold / 3)
+            stop.set()
             try:
-                if not await self.lease.lease_acquire(lease_key(job), self.owner, hold):
-                    log.warning("probes: the lease of %s on %s lapsed during its run and another replica took it",
-                                *job)  # fmt: skip
-                    return
-            except StoreUnavailable as exc:  # as at the start: the run goes on, the next renewal retries
-                log.warning("probes: lease store unavailable (%s); %s on %s runs on", exc, *job)
-            except Exception:  # a store's bug must not end the run it guards
-                log.exception("probes: renewing the lease of %s on %s failed", *job)
+                await cancel_and_wait(renewing)
+            except asyncio.CancelledError:  # cancelled again while waiting: the flag ends it
+                renewing.cancel()
+                raise
+
+    async def _renew(self, job: Job, hold: float, stop: asyncio.Event) -> None:
+        """Renew every third of `hold`; after a failed renewal, retry every RENEW_RETRY_S (at most)
+        until the lease would lapse: a store back within two thirds of the hold keeps it."""
+        expires, wait, failing, told = self.clock() + hold, hold / 3, False, False
+        while True:
+            await self.sleep(wait)
+            if stop.is_set():
+                return
+            asked = self.clock()
+            try:
+                held = await self.lease.lease_acquire(lease_key(job), self.owner, hold)
+            except Exception as exc:  # StoreUnavailable, or a store's bug: never the end of the run
+                lapsed = asked >= expires
+                if not failing or (lapsed and not told):
+                    log.warning("probes: renewing the lease of %s on %s failed (%s); %s", *job, exc,
+                                "it has lapsed: another replica may start the same run" if lapsed else "retrying")  # fmt: skip
+                failing, told, wait = True, told or lapsed, min(hold / 3, RENEW_RETRY_S)
+                continue
+            if stop.is_set():
+                return
+            if not held:
+                log.warning("probes: the lease of %s on %s is held by another replica; the run goes on", *job)
+                return
+            failing, told, expires, wait = False, False, asked + hold, hold / 3
 
     async def tick(self) -> int:
         """Run every job that is due; returns how many ran here."""
         ran = 0
         for job in self.due(self.clock()):
             probe, endpoint_id = job
-            if await self._take(job):
+            hold = self.settings.lease_for(self.interval(*job))
+            if await self._take(job, hold):
                 self.beat.ok()  # the pause before the job is not part of it: its age is the job's alone
                 try:
-                    await self._run(job)
+                    await self._run(job, hold)
                     ran += 1
                 except Exception:
                     self.failures += 1

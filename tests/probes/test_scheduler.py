@@ -228,12 +228,86 @@ async def test_a_store_that_fails_to_renew_does_not_end_the_run() -> None:
                            clock=timeline, sleep=timeline.sleep, rng=random.Random(0))
     await timeline.advance(1200)
     ticking = asyncio.create_task(sched.tick())
-    await timeline.advance(0)
-    for _ in range(4):
-        await timeline.advance(SHORT.lease_for(1200) / 3)
-    assert calls == 5 and not ticking.done()  # renewed again after both failures
+    hold = SHORT.lease_for(1200)
+    for _ in range(int(3 * hold / 10)):  # three holds, in the retry's steps
+        await timeline.advance(10)
+        assert not await take("probe:logprob_drift:a", "r2", hold)
+    assert calls > 4 and not ticking.done()  # renewed again after both failures
     runner.release.set()
     assert await asyncio.wait_for(ticking, 5) == 1 and sched.failures == 0
+
+
+async def test_a_store_outage_shorter_than_the_lease_does_not_let_another_replica_in() -> None:
+    """Renewals a third of the lease apart, with a failed one tried again only a third later, let
+    the lease lapse in an outage of 700 s of a 1,026-s lease (each failing call took 5 s): another
+    replica started the same job while it ran."""
+    timeline = Timeline()
+    store = MemoryStore(timeline)
+    take = store.lease_acquire
+    start = 1000.0 + 1200
+    down = (start + 300, start + 1000)
+
+    async def outage(key: str, owner: str, ttl_s: float) -> bool:
+        if down[0] <= timeline() < down[1]:
+            await timeline.sleep(5)  # a connect timeout
+            raise StoreUnavailable("redis: timed out")
+        return await take(key, owner, ttl_s)
+
+    store.lease_acquire = outage  # type: ignore[method-assign]
+    runner = HeldRunner(timeline)
+    sched = ProbeScheduler(runner, SHORT, HealthStates(), store, endpoints=["a"], owner="r1",  # type: ignore[arg-type]
+                           clock=timeline, sleep=timeline.sleep, rng=random.Random(0))
+    await timeline.advance(1200)
+    ticking = asyncio.create_task(sched.tick())
+    hold = SHORT.lease_for(1200)
+    while timeline() < start + 2 * hold:
+        await timeline.advance(5)
+        if timeline() >= down[1]:  # the store is back: the other replica comes due
+            assert not await take("probe:logprob_drift:a", "r2", hold), timeline() - start
+    runner.release.set()
+    assert await asyncio.wait_for(ticking, 5) == 1
+
+
+async def test_closing_the_scheduler_mid_run_ends_the_renewal_even_where_the_store_drops_a_cancel() -> None:
+    """aclose's re-cancel landed while the run's cleanup waited for the renewal, whose store call
+    dropped its one cancellation (as redis-py may on 3.11): the renewal outlived the scheduler and
+    held the lease for good."""
+    store = MemoryStore(lambda: asyncio.get_running_loop().time())
+    take = store.lease_acquire
+    in_call, dropped = asyncio.Event(), asyncio.Event()
+    armed = False
+
+    async def slow(key: str, owner: str, ttl_s: float) -> bool:
+        if armed and not dropped.is_set():
+            in_call.set()
+            try:
+                await asyncio.sleep(0.5)
+            except asyncio.CancelledError:
+                dropped.set()  # and carries on
+        return await take(key, owner, ttl_s)
+
+    store.lease_acquire = slow  # type: ignore[method-assign]
+
+    class Forever(FakeRunner):
+        async def run(self, endpoint_id: str, probes: list[str], **kw: Any) -> None:
+            await asyncio.sleep(3600)
+
+    settings = ProbeSettings(intervals={"logprob_drift": 0.3}, lease_seconds=0.3)  # renewed every 0.1 s
+    loop_clock = asyncio.get_running_loop().time
+    sched = ProbeScheduler(Forever(loop_clock), settings, HealthStates(), store, endpoints=["a"], owner="r1",  # type: ignore[arg-type]
+                           clock=loop_clock, rng=random.Random(0))
+    sched.next_run = {job: loop_clock() for job in sched.next_run}
+    sched.start()
+    await asyncio.sleep(0.05)
+    armed = True
+    await asyncio.wait_for(in_call.wait(), 30)
+    await sched.aclose()
+    renewals = [t for t in asyncio.all_tasks() if t.get_name().startswith("lease-")]
+    # A guard only: the renewal ends once its store call returns (0.5 s).
+    await asyncio.wait_for(asyncio.gather(*renewals, return_exceptions=True), 30)
+    await asyncio.sleep(0.35)  # past its last hold
+    assert await take("probe:logprob_drift:a", "r2", 0.3)
+
 
 # -- where it runs: the gateway's lifespan and `gwctl worker` ---------------------------------
 

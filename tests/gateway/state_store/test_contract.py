@@ -276,6 +276,10 @@ async def test_lease_is_exclusive_renewable_and_expires(backend: Backend) -> Non
     assert await store.lease_acquire("probe:x:a", "r1", 0.3)  # the holder renews
     await backend.advance(0.4)
     assert await store.lease_acquire("probe:x:a", "r2", 0.3)  # expired: taken over
+    # A renewal extends the term (a scheduled run renews its lease while it lasts).
+    assert await store.lease_acquire("probe:x:a", "r2", 30)
+    await backend.advance(0.4)
+    assert not await store.lease_acquire("probe:x:a", "r1", 0.3)
 
 
 async def test_lease_release_only_by_the_holder(backend: Backend) -> None:
