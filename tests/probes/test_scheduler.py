@@ -159,6 +159,15 @@ SHORT = ProbeSettings(intervals={"logprob_drift": 1200.0}, jitter=0.1, lease_sec
                       audit=AuditSettings(seconds=1800.0))
 
 
+async def start_held_run(timeline: Timeline, store: MemoryStore) -> tuple[HeldRunner, ProbeScheduler, asyncio.Task[int]]:
+    """r1's scheduler with its job due, and its tick running the job until the runner is released."""
+    runner = HeldRunner(timeline)
+    sched = ProbeScheduler(runner, SHORT, HealthStates(), store, endpoints=["a"], owner="r1",  # type: ignore[arg-type]
+                           clock=timeline, sleep=timeline.sleep, rng=random.Random(0))
+    await timeline.advance(1200)
+    return runner, sched, asyncio.create_task(sched.tick())
+
+
 async def test_a_restarted_replica_takes_over_a_job_within_its_lease_not_the_audit_bound() -> None:
     """A replica restarts under a new name: the lease its old self took for a 20-minute job keeps
     the job from running until it expires. It was held as long as an audit may take (1,920 s with
@@ -187,11 +196,7 @@ async def test_the_lease_is_renewed_while_a_run_outlasts_it() -> None:
     bound, 1,800 s by default, twice this job's lease)."""
     timeline = Timeline()
     store = MemoryStore(timeline)
-    runner = HeldRunner(timeline)
-    sched = ProbeScheduler(runner, SHORT, HealthStates(), store, endpoints=["a"], owner="r1",  # type: ignore[arg-type]
-                           clock=timeline, sleep=timeline.sleep, rng=random.Random(0))
-    await timeline.advance(1200)
-    ticking = asyncio.create_task(sched.tick())
+    runner, sched, ticking = await start_held_run(timeline, store)
     await timeline.advance(0)
     assert len(runner.calls) == 1
     hold = SHORT.lease_for(1200)
@@ -223,11 +228,7 @@ async def test_a_store_that_fails_to_renew_does_not_end_the_run() -> None:
         return await take(key, owner, ttl_s)
 
     store.lease_acquire = flaky  # type: ignore[method-assign]
-    runner = HeldRunner(timeline)
-    sched = ProbeScheduler(runner, SHORT, HealthStates(), store, endpoints=["a"], owner="r1",  # type: ignore[arg-type]
-                           clock=timeline, sleep=timeline.sleep, rng=random.Random(0))
-    await timeline.advance(1200)
-    ticking = asyncio.create_task(sched.tick())
+    runner, sched, ticking = await start_held_run(timeline, store)
     hold = SHORT.lease_for(1200)
     for _ in range(int(3 * hold / 10)):  # three holds, in the retry's steps
         await timeline.advance(10)
@@ -254,11 +255,7 @@ async def test_a_store_outage_shorter_than_the_lease_does_not_let_another_replic
         return await take(key, owner, ttl_s)
 
     store.lease_acquire = outage  # type: ignore[method-assign]
-    runner = HeldRunner(timeline)
-    sched = ProbeScheduler(runner, SHORT, HealthStates(), store, endpoints=["a"], owner="r1",  # type: ignore[arg-type]
-                           clock=timeline, sleep=timeline.sleep, rng=random.Random(0))
-    await timeline.advance(1200)
-    ticking = asyncio.create_task(sched.tick())
+    runner, sched, ticking = await start_held_run(timeline, store)
     hold = SHORT.lease_for(1200)
     while timeline() < start + 2 * hold:
         await timeline.advance(5)
