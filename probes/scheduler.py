@@ -9,7 +9,8 @@ if the holder dies the lease expires and another replica takes over. A run that 
 sized by the interval: a replica restarted under a new name waits no longer for it. A store outage
 longer than two thirds of the lease lets it lapse during a run (as one at the start lets the run go
 ahead without it): better a duplicate run than none. Clock, sleep and RNG are injected; the sleep
-must suspend (the renewal loops on it). Nothing a run does (an unreachable endpoint, a store outage, a probe's bug) stops the loop.
+must suspend (the renewal loops on it). Nothing a run does (an unreachable endpoint, a store
+outage, a probe's bug) stops the loop.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from gateway.state_store import StoreUnavailable
 from kernel.tasks import Heartbeat, cancel_and_wait, run_forever
 from probes.runner import ProbeRunner
 from probes.settings import AUDIT_MARGIN_S, ProbeSettings
+from probes.tasks import cancel_all
 
 log = logging.getLogger("gateway.probes")
 
@@ -119,11 +121,7 @@ class ProbeScheduler:
             await self.runner.run(endpoint_id, [probe], trigger="schedule")
         finally:
             stop.set()
-            try:
-                await cancel_and_wait(renewing)
-            except asyncio.CancelledError:  # cancelled again while waiting: the flag ends it
-                renewing.cancel()
-                raise
+            await cancel_all([renewing])  # waits it out, also when cancelled again meanwhile
 
     async def _renew(self, job: Job, hold: float, stop: asyncio.Event) -> None:
         """Renew every third of `hold`; after a failed renewal, retry every RENEW_RETRY_S (at most)
